@@ -1,0 +1,45 @@
+// Production entry point of the HTTP API: `npm run start:api`.
+import { loadConfig } from '../platform/config.ts';
+import { createLogger } from '../platform/logger.ts';
+import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
+import { connectTemporalClient, pingTemporal } from '../platform/temporal.ts';
+import { createSql, databaseOptionsFromConfig, pingDatabase } from '../db/client.ts';
+import { createApp } from './app.ts';
+import { closeServer, listen } from './server.ts';
+
+const config = loadConfig();
+const logger = createLogger({ level: config.LOG_LEVEL, name: 'api' });
+if (!config.DATABASE_URL) {
+  logger.fatal('DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets it)');
+  process.exit(1);
+}
+const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
+const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-api'));
+const temporal = await connectTemporalClient({
+  address: temporalAddress,
+  namespace: config.TEMPORAL_NAMESPACE,
+  connectTimeoutMs: config.TEMPORAL_CONNECT_TIMEOUT_MS,
+});
+
+const app = createApp({
+  logger,
+  readiness: {
+    postgres: () => pingDatabase(sql),
+    temporal: () => pingTemporal(temporal.connection, config.TEMPORAL_NAMESPACE, 2_000),
+  },
+  limits: { bodyLimitBytes: config.HTTP_BODY_LIMIT_BYTES },
+});
+const { server, url } = await listen(app.koa, {
+  host: config.HOST,
+  port: config.PORT,
+  requestTimeoutMs: config.HTTP_REQUEST_TIMEOUT_MS,
+  headersTimeoutMs: config.HTTP_HEADERS_TIMEOUT_MS,
+  keepAliveTimeoutMs: config.HTTP_KEEP_ALIVE_TIMEOUT_MS,
+});
+
+onShutdown(logger, config.SHUTDOWN_TIMEOUT_MS, async () => {
+  await closeServer(server);
+  await Promise.allSettled([temporal.close(), sql.end({ timeout: 5 })]);
+});
+logger.info({ url }, 'api listening');
+notifyReady({ service: 'api', url });

@@ -1,0 +1,106 @@
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import { z } from 'zod';
+import { problems, type ValidationIssue } from './problem.ts';
+
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+type Schema = z.ZodType | undefined;
+type Infer<S extends Schema> = S extends z.ZodType ? z.output<S> : undefined;
+
+export interface RouteInput<P extends Schema, Q extends Schema, B extends Schema> {
+  params: Infer<P>;
+  query: Infer<Q>;
+  body: Infer<B>;
+}
+
+/**
+ * One operation: where it lives, what it accepts (zod schemas, parsed once here at the edge) and
+ * the handler that receives typed input. The same definition feeds the router and the OpenAPI doc.
+ */
+export interface RouteDefinition<P extends Schema = Schema, Q extends Schema = Schema, B extends Schema = Schema> {
+  method: HttpMethod;
+  path: string;
+  operationId: string;
+  summary: string;
+  tags: string[];
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Success status and a short description, for the docs. */
+  responses: Record<number, string>;
+  handler(ctx: Context, input: RouteInput<P, Q, B>): Promise<void> | void;
+}
+
+export function defineRoute<P extends Schema = undefined, Q extends Schema = undefined, B extends Schema = undefined>(
+  definition: RouteDefinition<P, Q, B>,
+): RouteDefinition {
+  return definition as unknown as RouteDefinition;
+}
+
+function issuesOf(error: z.ZodError, location: 'params' | 'query' | 'body'): ValidationIssue[] {
+  return error.issues.map((issue) => ({
+    path: [location, ...issue.path.map(String)].join('.'),
+    message: issue.message,
+  }));
+}
+
+async function parsePart(schema: Schema, value: unknown, location: 'params' | 'query' | 'body', issues: ValidationIssue[]) {
+  if (!schema) return undefined;
+  const result = await schema.safeParseAsync(value);
+  if (result.success) return result.data;
+  issues.push(...issuesOf(result.error, location));
+  return undefined;
+}
+
+export function mountRoutes(router: Router, routes: readonly RouteDefinition[]): void {
+  for (const route of routes) {
+    router.register(route.path, [route.method], async (ctx: Context) => {
+      const issues: ValidationIssue[] = [];
+      const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);
+      const query = await parsePart(route.query, ctx.query, 'query', issues);
+      const body = await parsePart(route.body, (ctx.request as { body?: unknown }).body ?? {}, 'body', issues);
+      if (issues.length > 0) throw problems.validation(issues);
+      await route.handler(ctx, { params, query, body });
+    }, { name: route.operationId });
+  }
+}
+
+/** Koa-router path (`/a/:id`) to OpenAPI path (`/a/{id}`). */
+export function openApiPath(path: string): string {
+  return path.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+}
+
+function jsonSchema(schema: z.ZodType): Record<string, unknown> {
+  return z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+}
+
+function parameters(schema: Schema, location: 'path' | 'query') {
+  if (!schema) return [];
+  const object = jsonSchema(schema) as { properties?: Record<string, unknown>; required?: string[] };
+  return Object.entries(object.properties ?? {}).map(([name, property]) => ({
+    name,
+    in: location,
+    required: location === 'path' || (object.required ?? []).includes(name),
+    schema: property,
+  }));
+}
+
+export function openApiDocument(routes: readonly RouteDefinition[], info: { title: string; version: string }) {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of routes) {
+    const operations = (paths[openApiPath(route.path)] ??= {});
+    operations[route.method.toLowerCase()] = {
+      operationId: route.operationId,
+      summary: route.summary,
+      tags: route.tags,
+      parameters: [...parameters(route.params, 'path'), ...parameters(route.query, 'query')],
+      ...(route.body
+        ? { requestBody: { required: true, content: { 'application/json': { schema: jsonSchema(route.body) } } } }
+        : {}),
+      responses: Object.fromEntries(
+        Object.entries(route.responses).map(([status, description]) => [status, { description }]),
+      ),
+    };
+  }
+  return { openapi: '3.1.0', info, paths };
+}

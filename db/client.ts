@@ -1,0 +1,65 @@
+import postgres from 'postgres';
+
+export type Sql = postgres.Sql;
+export type TransactionSql = postgres.TransactionSql;
+
+export interface DatabaseOptions {
+  url: string;
+  poolMax: number;
+  connectTimeoutS: number;
+  idleTimeoutS: number;
+  statementTimeoutMs: number;
+  applicationName: string;
+}
+
+/** A postgres.js pool with every limit spelled out rather than left to defaults. */
+export function createSql(options: DatabaseOptions): Sql {
+  return postgres(options.url, {
+    max: options.poolMax,
+    connect_timeout: options.connectTimeoutS,
+    idle_timeout: options.idleTimeoutS,
+    max_lifetime: 60 * 30,
+    prepare: true,
+    onnotice: () => undefined,
+    connection: {
+      application_name: options.applicationName,
+      statement_timeout: options.statementTimeoutMs,
+      idle_in_transaction_session_timeout: options.statementTimeoutMs * 3,
+      lock_timeout: options.statementTimeoutMs,
+    },
+    types: {
+      // bigint columns come back as JS bigint: money never passes through a float.
+      bigint: postgres.BigInt,
+    },
+  });
+}
+
+export function databaseOptionsFromConfig(
+  config: {
+    DATABASE_POOL_MAX: number;
+    DATABASE_CONNECT_TIMEOUT_S: number;
+    DATABASE_IDLE_TIMEOUT_S: number;
+    DATABASE_STATEMENT_TIMEOUT_MS: number;
+  },
+  url: string,
+  applicationName: string,
+): DatabaseOptions {
+  return {
+    url,
+    poolMax: config.DATABASE_POOL_MAX,
+    connectTimeoutS: config.DATABASE_CONNECT_TIMEOUT_S,
+    idleTimeoutS: config.DATABASE_IDLE_TIMEOUT_S,
+    statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS,
+    applicationName,
+  };
+}
+
+/** True when a trivial query answers within the pool's timeouts. */
+export async function pingDatabase(sql: Sql): Promise<boolean> {
+  try {
+    const [row] = await sql<{ ok: number }[]>`select 1 as ok`;
+    return row?.ok === 1;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,34 @@
+import type { Sql } from './client.ts';
+
+/**
+ * What the data-retention workflow may delete. Each policy names one table and the rows that have
+ * outlived their purpose; nothing else is ever deleted by the sweeper. Business records (ledger
+ * entries, transfers, audit events) never appear here: they are kept for good.
+ */
+export interface RetentionPolicy {
+  name: string;
+  /** Deletes at most `limit` expired rows and returns how many it deleted. */
+  purge(sql: Sql, options: { olderThan: Date; limit: number }): Promise<number>;
+  keepForMs: number;
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export const RETENTION_POLICIES: readonly RetentionPolicy[] = [
+  {
+    name: 'outbox.dispatched',
+    keepForMs: 7 * DAY_MS,
+    async purge(sql, { olderThan, limit }) {
+      const rows = await sql`
+        delete from outbox
+        where id in (
+          select id from outbox
+          where dispatched_at is not null and dispatched_at < ${olderThan}
+          order by dispatched_at
+          limit ${limit}
+        )
+        returning id`;
+      return rows.length;
+    },
+  },
+];

@@ -1,0 +1,58 @@
+// The one place that reads process.env. Every process parses its configuration once, at start.
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+const ZPort = z.coerce.number().int().min(0).max(65_535);
+const ZPositiveInt = z.coerce.number().int().positive();
+
+export const ZConfig = z.object({
+  NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  PORT: ZPort.default(3000),
+  DATA_DIR: z.string().min(1).default('.data'),
+  DATABASE_URL: z.url().optional(),
+  DATABASE_POOL_MAX: ZPositiveInt.max(200).default(10),
+  DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
+  DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),
+  DATABASE_STATEMENT_TIMEOUT_MS: ZPositiveInt.max(600_000).default(10_000),
+  EMBEDDED_POSTGRES_PORT: ZPort.default(5433),
+  TEMPORAL_ADDRESS: z.string().min(1).optional(),
+  TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+  TEMPORAL_PORT: ZPort.default(7233),
+  TEMPORAL_UI_PORT: ZPort.default(8233),
+  TEMPORAL_CONNECT_TIMEOUT_MS: ZPositiveInt.max(120_000).default(10_000),
+  TEMPORAL_CLI_PATH: z.string().min(1).optional(),
+  TEMPORAL_TEST_SERVER_PATH: z.string().min(1).optional(),
+  HTTP_BODY_LIMIT_BYTES: ZPositiveInt.max(10 * 1024 * 1024).default(256 * 1024),
+  HTTP_REQUEST_TIMEOUT_MS: ZPositiveInt.max(300_000).default(30_000),
+  HTTP_HEADERS_TIMEOUT_MS: ZPositiveInt.max(120_000).default(15_000),
+  HTTP_KEEP_ALIVE_TIMEOUT_MS: ZPositiveInt.max(120_000).default(5_000),
+  SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
+  PUBLIC_BASE_URL: z.url().optional(),
+});
+
+export type TConfig = z.infer<typeof ZConfig> & { dataDir: string };
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): TConfig {
+  const parsed = ZConfig.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  return { ...parsed.data, dataDir: resolve(parsed.data.DATA_DIR) };
+}
+
+/** Environment overrides a parent process hands to a child it starts (never secrets in defaults). */
+export function childEnv(overrides: Record<string, string | undefined>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const [key, value] of Object.entries(overrides)) {
+    if (value === undefined) delete env[key];
+    else env[key] = value;
+  }
+  return env;
+}

@@ -1,0 +1,49 @@
+// Production entry point of the worker: `npm run start:worker`.
+import { join } from 'node:path';
+import { NativeConnection, Runtime, DefaultLogger } from '@temporalio/worker';
+import { connectTemporalClient } from '../platform/temporal.ts';
+import { loadConfig } from '../platform/config.ts';
+import { createLogger } from '../platform/logger.ts';
+import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
+import { createSql, databaseOptionsFromConfig } from '../db/client.ts';
+import { loadWorkflowBundle } from './bundle.ts';
+import { createWorker } from './worker.ts';
+import { ensureSystemWorkflows } from './system-workflows.ts';
+
+const config = loadConfig();
+const logger = createLogger({ level: config.LOG_LEVEL, name: 'worker' });
+if (!config.DATABASE_URL) {
+  logger.fatal('DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets it)');
+  process.exit(1);
+}
+const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
+
+// The process's own shutdown handler (onShutdown) drains the worker; the SDK must not race it.
+Runtime.install({
+  logger: new DefaultLogger(config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace' ? 'DEBUG' : 'WARN'),
+  shutdownSignals: [],
+});
+const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-worker'));
+const connection = await NativeConnection.connect({ address: temporalAddress });
+const temporal = await connectTemporalClient({
+  address: temporalAddress,
+  namespace: config.TEMPORAL_NAMESPACE,
+  connectTimeoutMs: config.TEMPORAL_CONNECT_TIMEOUT_MS,
+});
+const bundle = await loadWorkflowBundle(join(config.dataDir, 'cache'));
+const worker = await createWorker({ connection, namespace: config.TEMPORAL_NAMESPACE, workflowBundle: bundle, sql });
+await ensureSystemWorkflows(temporal.client);
+
+onShutdown(logger, config.SHUTDOWN_TIMEOUT_MS, async () => {
+  worker.shutdown();
+  await running;
+  await Promise.allSettled([connection.close(), temporal.close(), sql.end({ timeout: 5 })]);
+});
+
+const running = worker.run();
+logger.info({ temporalAddress, namespace: config.TEMPORAL_NAMESPACE }, 'worker running');
+notifyReady({ service: 'worker' });
+await running.catch((error: unknown) => {
+  logger.fatal({ err: error }, 'worker failed');
+  process.exit(1);
+});

@@ -1,0 +1,2 @@
+// Workflow bundle entry: every workflow type the worker serves is exported here.
+export { dataRetentionWorkflow } from './data-retention.ts';
