@@ -2,6 +2,11 @@ import type { Sql } from '../db/client.ts';
 import type { RetentionPolicy } from '../db/retention.ts';
 
 export interface PurgeExpiredRowsInput {
+  /**
+   * The sweep's reference time (epoch ms), taken from the workflow clock: retention periods count
+   * back from it, so a sweep means the same thing however late a retry of it runs.
+   */
+  asOfMs: number;
   /** Upper bound on rows deleted per policy in one call, so a backlog never becomes one huge delete. */
   batchSize: number;
   /** Upper bound on batches per policy in one call; the next sweep continues where this one stopped. */
@@ -17,18 +22,16 @@ export interface PurgeExpiredRowsResult {
 export interface DataRetentionActivityDeps {
   sql: Sql;
   policies: readonly RetentionPolicy[];
-  now?: () => Date;
 }
 
 export function createDataRetentionActivities(deps: DataRetentionActivityDeps) {
-  const now = deps.now ?? (() => new Date());
   return {
     /** Idempotent by nature: deleting rows that are already gone deletes nothing. */
-    async purgeExpiredRows(input: PurgeExpiredRowsInput): Promise<PurgeExpiredRowsResult> {
+    purgeExpiredRows: async (input: PurgeExpiredRowsInput): Promise<PurgeExpiredRowsResult> => {
       const deleted: Record<string, number> = {};
       let backlog = false;
       for (const policy of deps.policies) {
-        const olderThan = new Date(now().getTime() - policy.keepForMs);
+        const olderThan = new Date(input.asOfMs - policy.keepForMs);
         let total = 0;
         let last = 0;
         for (let batch = 0; batch < input.maxBatches; batch++) {

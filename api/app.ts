@@ -25,9 +25,13 @@ export function buildRoutes(deps: AppDeps): RouteDefinition[] {
 
 /** The HTTP application: no listen, no environment reads; everything comes in through deps. */
 export function createApp(deps: AppDeps): App {
+  return createHttpApp(deps, buildRoutes(deps));
+}
+
+/** The middleware stack (request IDs, logs, limits, problem+json errors, JSON bodies) around routes. */
+export function createHttpApp(deps: Pick<AppDeps, 'logger' | 'limits'>, routes: readonly RouteDefinition[]): App {
   const koa = new Koa({ proxy: false });
   koa.silent = true; // errors are logged once, by the error middleware
-  const routes = buildRoutes(deps);
   const router = new Router();
   mountRoutes(router, routes);
 

@@ -9,3 +9,10 @@ export interface AppDeps {
     bodyLimitBytes: number;
   };
 }
+
+declare module 'koa' {
+  interface DefaultState {
+    requestId: string;
+    logger: Logger;
+  }
+}

@@ -12,6 +12,7 @@ export interface ServerLimits {
 export async function listen(koa: Koa, options: { host: string; port: number } & ServerLimits): Promise<{ server: Server; url: string }> {
   const server = createServer(
     { requestTimeout: options.requestTimeoutMs, headersTimeout: options.headersTimeoutMs, maxHeaderSize: 16 * 1024 },
+    // eslint-disable-next-line @typescript-eslint/no-misused-promises -- Koa's callback handles its own rejections
     koa.callback(),
   );
   server.keepAliveTimeout = options.keepAliveTimeoutMs;

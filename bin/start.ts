@@ -48,8 +48,8 @@ function watch(service: ServiceProcess<unknown>): void {
 
 function launch<T>(list: ServiceProcess<unknown>[], name: string, script: string, env: NodeJS.ProcessEnv, detached: boolean, readyTimeoutMs: number) {
   const service = startService<T>({ name, script: join(root, script), env, detached, readyTimeoutMs });
-  list.push(service as ServiceProcess<unknown>);
-  watch(service as ServiceProcess<unknown>);
+  list.push(service);
+  watch(service);
   return service.ready;
 }
 

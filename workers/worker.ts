@@ -1,4 +1,4 @@
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { Worker, type NativeConnection } from '@temporalio/worker';
 import type { Logger } from '../platform/logger.ts';
 import { createActivities, type ActivityDeps } from '../activities/index.ts';
 import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';

@@ -30,7 +30,7 @@ function send(ctx: Context, problem: HttpProblem): void {
   ctx.status = problem.status;
   for (const [name, value] of Object.entries(problem.headers)) ctx.set(name, value);
   ctx.type = PROBLEM_CONTENT_TYPE;
-  ctx.body = problem.toBody(ctx.state.requestId as string | undefined);
+  ctx.body = problem.toBody(ctx.state.requestId);
 }
 
 /**

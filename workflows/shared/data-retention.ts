@@ -12,12 +12,14 @@ export interface DataRetentionInput {
   /** Sweeps per run before continue-as-new keeps the history bounded. */
   sweepsPerRun?: number;
   /** Totals carried across continue-as-new. */
-  carried?: { sweeps: number; deleted: number };
+  carried?: { sweeps: number; deleted: number; failedSweeps: number };
 }
 
 export interface DataRetentionStatus {
   sweeps: number;
   deleted: number;
+  /** Sweeps whose activity still failed after every retry. */
+  failedSweeps: number;
   lastDeleted: Record<string, number>;
   backlog: boolean;
 }

@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { RETENTION_POLICIES } from '../db/retention.ts';
+import { createDataRetentionActivities } from './data-retention.ts';
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+async function seed(database: TestDatabase, rows: { id: string; dispatchedDaysAgo: number | null }[], now: number) {
+  for (const row of rows) {
+    const created = new Date(now - 30 * DAY_MS);
+    const dispatched = row.dispatchedDaysAgo === null ? null : new Date(now - row.dispatchedDaysAgo * DAY_MS);
+    await database.sql`
+      insert into outbox (workflow_type, workflow_id, task_queue, created_at, dispatched_at)
+      values ('transferSettlement', ${row.id}, 'payments-core', ${created}, ${dispatched})`;
+  }
+}
+
+async function remaining(database: TestDatabase): Promise<string[]> {
+  const rows = await database.sql<{ workflow_id: string }[]>`select workflow_id from outbox order by workflow_id`;
+  return rows.map((row) => row.workflow_id);
+}
+
+describe('purgeExpiredRows activity', () => {
+  let database: TestDatabase;
+  before(async () => {
+    database = await createTestDatabase();
+  });
+  beforeEach(async () => {
+    await database.sql`delete from outbox`;
+  });
+  after(async () => database.drop());
+
+  it('deletes only dispatched outbox rows past their retention, counted back from asOf', async () => {
+    const now = Date.now();
+    await seed(database, [
+      { id: 'old-dispatched', dispatchedDaysAgo: 8 },
+      { id: 'recent-dispatched', dispatchedDaysAgo: 6 },
+      { id: 'old-pending', dispatchedDaysAgo: null },
+    ], now);
+    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const result = await new MockActivityEnvironment().run(activities.purgeExpiredRows, { asOfMs: now, batchSize: 100, maxBatches: 5 });
+    assert.deepEqual(result, { deleted: { 'outbox.dispatched': 1 }, backlog: false });
+    assert.deepEqual(await remaining(database), ['old-pending', 'recent-dispatched']);
+
+    // Idempotent: the same sweep retried deletes nothing more.
+    const retry = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 100, maxBatches: 5 });
+    assert.deepEqual(retry, { deleted: { 'outbox.dispatched': 0 }, backlog: false });
+
+    // Two days later the other dispatched row has expired too; the pending one never does.
+    const later = await activities.purgeExpiredRows({ asOfMs: now + 2 * DAY_MS, batchSize: 100, maxBatches: 5 });
+    assert.deepEqual(later.deleted, { 'outbox.dispatched': 1 });
+    assert.deepEqual(await remaining(database), ['old-pending']);
+  });
+
+  it('works in bounded batches and reports a backlog when it stops early', async () => {
+    const now = Date.now();
+    await seed(database, Array.from({ length: 7 }, (_, index) => ({ id: `wf-${index}`, dispatchedDaysAgo: 10 })), now);
+    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const first = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
+    assert.deepEqual(first, { deleted: { 'outbox.dispatched': 4 }, backlog: true });
+    const second = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
+    assert.deepEqual(second, { deleted: { 'outbox.dispatched': 3 }, backlog: false });
+    assert.deepEqual(await remaining(database), []);
+  });
+});

@@ -1,0 +1,90 @@
+// `npm test`: every test in the repo, against real dependencies. Starts one embedded PostgreSQL for
+// the whole run (each test file clones a freshly migrated template database), builds the workflow
+// bundle once, then runs node's test runner over every *.test.ts. Arguments narrow the file list.
+import { spawn, spawnSync } from 'node:child_process';
+import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import postgres from 'postgres';
+import { startEmbeddedPostgres } from '../db/embedded.ts';
+import { migrate } from '../db/migrate.ts';
+import { loadWorkflowBundle } from '../workers/bundle.ts';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const SKIP_DIRS = new Set(['node_modules', '.git', '.data', '.tools', 'coverage']);
+export const TEMPLATE_DATABASE = 'payments_template';
+
+async function findTests(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const found = await Promise.all(
+    entries.map(async (entry) => {
+      if (entry.isDirectory()) return SKIP_DIRS.has(entry.name) ? [] : findTests(join(dir, entry.name));
+      return entry.name.endsWith('.test.ts') ? [join(dir, entry.name)] : [];
+    }),
+  );
+  return found.flat().sort();
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function log(message: string) {
+  process.stderr.write(`[test] ${message}\n`);
+}
+
+const startedAt = Date.now();
+if (spawnSync(process.execPath, [join(root, 'scripts/install-temporal.mjs')], { stdio: 'inherit' }).status !== 0) {
+  throw new Error('could not install the Temporal binaries');
+}
+
+const requested = process.argv.slice(2);
+const files = requested.length > 0 ? requested.map((file) => join(process.cwd(), file)) : await findTests(root);
+const workDir = await mkdtemp(join(tmpdir(), 'payments-test-'));
+await chmod(workDir, 0o755); // embedded PostgreSQL runs as the postgres user when we are root
+const database = await startEmbeddedPostgres({
+  dir: join(workDir, 'postgres'),
+  port: await freePort(),
+  database: TEMPLATE_DATABASE,
+  ephemeral: true,
+});
+let exitCode = 1;
+try {
+  const template = postgres(database.url, { max: 2, onnotice: () => undefined });
+  await migrate(template);
+  await template.end({ timeout: 5 });
+  const bundle = await loadWorkflowBundle(join(workDir, 'cache'));
+  log(`PostgreSQL, migrations and workflow bundle ready in ${((Date.now() - startedAt) / 1000).toFixed(1)} s; ${files.length} test files`);
+
+  const child = spawn(
+    process.execPath,
+    ['--import', import.meta.resolve('tsx'), '--test', '--test-concurrency=2', '--test-reporter=spec', ...files],
+    {
+      cwd: root,
+      stdio: 'inherit',
+      env: {
+        ...process.env,
+        NODE_ENV: 'test',
+        LOG_LEVEL: process.env.LOG_LEVEL ?? 'silent',
+        TEST_PG_ADMIN_URL: database.adminUrl,
+        TEST_PG_TEMPLATE: TEMPLATE_DATABASE,
+        TEST_WORKFLOW_BUNDLE_PATH: bundle.path,
+      },
+    },
+  );
+  exitCode = await new Promise<number>((resolve) => child.once('exit', (code) => resolve(code ?? 1)));
+} finally {
+  await database.stop();
+  await rm(workDir, { recursive: true, force: true });
+}
+log(`${files.map((file) => relative(root, file)).length} files in ${((Date.now() - startedAt) / 1000).toFixed(1)} s, exit ${exitCode}`);
+process.exit(exitCode);

@@ -1,0 +1,206 @@
+import assert from 'node:assert/strict';
+import { readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { WorkflowExecutionAlreadyStartedError, type WorkflowHandle, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { createDataRetentionActivities } from '../activities/data-retention.ts';
+import { RETENTION_POLICIES, type RetentionPolicy } from '../db/retention.ts';
+import { ensureSystemWorkflows } from '../workers/system-workflows.ts';
+import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
+import { waitFor } from '../test-support/wait.ts';
+import { dataRetentionStatusQuery, DATA_RETENTION_WORKFLOW_ID, type DataRetentionStatus } from './shared/data-retention.ts';
+import { TASK_QUEUES } from './shared/task-queues.ts';
+import type { dataRetentionWorkflow } from './data-retention.ts';
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const HISTORY_FIXTURE = join(dirname(fileURLToPath(import.meta.url)), 'histories', 'data-retention.history.json');
+
+describe('dataRetentionWorkflow (time-skipping)', () => {
+  let env: TestWorkflowEnvironment;
+  let database: TestDatabase;
+  let policies: RetentionPolicy[];
+  let worker: Worker;
+  let running: Promise<void>;
+  let workflowNumber = 0;
+
+  before(async () => {
+    [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
+    policies = [...RETENTION_POLICIES];
+    // The worker reads `policies` on every call, so a test can swap in a failing one.
+    worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue: TASK_QUEUES.core,
+      workflowBundle: await testWorkflowBundle(),
+      activities: {
+        purgeExpiredRows: (input: Parameters<ReturnType<typeof createDataRetentionActivities>['purgeExpiredRows']>[0]) =>
+          createDataRetentionActivities({ sql: database.sql, policies }).purgeExpiredRows(input),
+      },
+    });
+    running = worker.run();
+  });
+  beforeEach(async () => {
+    policies = [...RETENTION_POLICIES];
+    await database.sql`delete from outbox`;
+  });
+  after(async () => {
+    worker.shutdown();
+    await running;
+    await Promise.all([env.teardown(), database.drop()]);
+  });
+
+  async function seed(id: string, dispatchedAgoMs: number | null): Promise<void> {
+    const now = Date.now();
+    await database.sql`
+      insert into outbox (workflow_type, workflow_id, task_queue, created_at, dispatched_at)
+      values ('transferSettlement', ${id}, 'payments-core', ${new Date(now - 30 * DAY_MS)},
+              ${dispatchedAgoMs === null ? null : new Date(now - dispatchedAgoMs)})`;
+  }
+
+  async function remaining(): Promise<string[]> {
+    const rows = await database.sql<{ workflow_id: string }[]>`select workflow_id from outbox order by workflow_id`;
+    return rows.map((row) => row.workflow_id);
+  }
+
+  function start(args: Parameters<typeof dataRetentionWorkflow>[0]): Promise<WorkflowHandleWithFirstExecutionRunId<typeof dataRetentionWorkflow>> {
+    workflowNumber += 1;
+    return env.client.workflow.start<typeof dataRetentionWorkflow>('dataRetentionWorkflow', {
+      workflowId: `test/data-retention-${workflowNumber}`,
+      taskQueue: TASK_QUEUES.core,
+      args: [args],
+    });
+  }
+
+  const status = (handle: WorkflowHandle) => handle.query(dataRetentionStatusQuery);
+  const afterSweeps = (handle: WorkflowHandle, sweeps: number) =>
+    waitFor<DataRetentionStatus>(`${sweeps} sweeps`, async () => {
+      const current = await status(handle);
+      return current.sweeps >= sweeps ? current : undefined;
+    });
+
+  it('sweeps once a day for days in seconds, continues as new, and replays deterministically', async () => {
+    await seed('expired-at-start', 8 * DAY_MS);
+    await seed('expires-on-day-1', 6.5 * DAY_MS);
+    await seed('expires-on-day-2', 5.5 * DAY_MS);
+    await seed('still-fresh', 0);
+    await seed('never-dispatched', null);
+    const startedAt = Date.now();
+    const handle = await start({ sweepsPerRun: 3 });
+    const firstRunId = handle.firstExecutionRunId;
+
+    assert.equal((await afterSweeps(handle, 1)).deleted, 1);
+    assert.deepEqual(await remaining(), ['expires-on-day-1', 'expires-on-day-2', 'never-dispatched', 'still-fresh']);
+
+    await env.sleep('1 day');
+    assert.equal((await afterSweeps(handle, 2)).deleted, 2);
+    assert.deepEqual(await remaining(), ['expires-on-day-2', 'never-dispatched', 'still-fresh']);
+
+    await env.sleep('1 day');
+    assert.equal((await afterSweeps(handle, 3)).deleted, 3);
+    assert.deepEqual(await remaining(), ['never-dispatched', 'still-fresh']);
+
+    // After three sweeps the run continues as new, carrying its totals, and sweeps again at once.
+    await env.sleep('1 day');
+    const carried = await afterSweeps(handle, 4);
+    assert.equal(carried.deleted, 3);
+    const latest = await env.client.workflow.getHandle(handle.workflowId).describe();
+    assert.notEqual(latest.runId, firstRunId);
+    assert.equal((await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name, 'CONTINUED_AS_NEW');
+    assert.ok(Date.now() - startedAt < 60_000, 'three days of timers took under a minute of real time');
+
+    const history = await env.client.workflow.getHandle(handle.workflowId, firstRunId).fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
+    if (process.env.UPDATE_HISTORIES === '1') await writeFile(HISTORY_FIXTURE, historyToJSON(history));
+    await env.client.workflow.getHandle(handle.workflowId).terminate('test done');
+  });
+
+  it('retries a transient failure within the sweep', async () => {
+    await seed('expired', 8 * DAY_MS);
+    let calls = 0;
+    policies = [
+      {
+        ...RETENTION_POLICIES[0]!,
+        async purge(sql, options) {
+          calls += 1;
+          if (calls <= 2) throw new Error('connection reset');
+          return RETENTION_POLICIES[0]!.purge(sql, options);
+        },
+      },
+    ];
+    const handle = await start({});
+    const current = await waitFor('sweep after retries', async () => {
+      await env.sleep('30 seconds'); // skips the retry backoff
+      const value = await status(handle);
+      return value.deleted === 1 ? value : undefined;
+    });
+    assert.equal(current.failedSweeps, 0);
+    assert.equal(calls, 3);
+    assert.deepEqual(await remaining(), []);
+    await handle.terminate('test done');
+  });
+
+  it('survives a sweep that fails for good and sweeps again the next day', async () => {
+    await seed('expired', 8 * DAY_MS);
+    policies = [
+      {
+        ...RETENTION_POLICIES[0]!,
+        async purge() {
+          throw ApplicationFailure.nonRetryable('retention policy misconfigured', 'RetentionPolicyInvalid');
+        },
+      },
+    ];
+    const handle = await start({});
+    const failed = await waitFor('failed sweep', async () => {
+      const value = await status(handle);
+      return value.failedSweeps === 1 ? value : undefined;
+    });
+    assert.equal(failed.deleted, 0);
+    assert.deepEqual(await remaining(), ['expired']);
+
+    policies = [...RETENTION_POLICIES];
+    await env.sleep('1 day');
+    const recovered = await afterSweeps(handle, 2);
+    assert.equal(recovered.deleted, 1);
+    assert.equal(recovered.failedSweeps, 1);
+    assert.deepEqual(await remaining(), []);
+    const history = await handle.fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
+    await handle.terminate('test done');
+  });
+
+  it('sweeps again soon while a backlog remains', async () => {
+    for (let index = 0; index < 5; index++) await seed(`expired-${index}`, 8 * DAY_MS);
+    const handle = await start({ batchSize: 2, maxBatches: 1 });
+    assert.equal((await afterSweeps(handle, 1)).backlog, true);
+    await env.sleep('5 minutes');
+    await afterSweeps(handle, 2);
+    await env.sleep('5 minutes');
+    const done = await afterSweeps(handle, 3);
+    assert.equal(done.deleted, 5);
+    assert.equal(done.backlog, false);
+    await handle.terminate('test done');
+  });
+
+  it('joins the running workflow on a duplicate start instead of starting a second one', async () => {
+    await ensureSystemWorkflows(env.client);
+    const first = await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).describe();
+    await ensureSystemWorkflows(env.client);
+    const second = await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).describe();
+    assert.equal(second.runId, first.runId);
+    await assert.rejects(
+      env.client.workflow.start('dataRetentionWorkflow', { workflowId: DATA_RETENTION_WORKFLOW_ID, taskQueue: TASK_QUEUES.core, args: [{}] }),
+      WorkflowExecutionAlreadyStartedError,
+    );
+    await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).terminate('test done');
+  });
+
+  it('replays the recorded history of an earlier version without non-determinism', async () => {
+    const history = historyFromJSON(JSON.parse(await readFile(HISTORY_FIXTURE, 'utf8')));
+    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, 'recorded/data-retention');
+  });
+});
