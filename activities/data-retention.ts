@@ -1,4 +1,5 @@
 import type { Sql } from '../db/client.ts';
+import { withSystemScope } from '../db/tenant.ts';
 import type { RetentionPolicy } from '../db/retention.ts';
 
 export interface PurgeExpiredRowsInput {
@@ -35,7 +36,8 @@ export function createDataRetentionActivities(deps: DataRetentionActivityDeps) {
         let total = 0;
         let last = 0;
         for (let batch = 0; batch < input.maxBatches; batch++) {
-          last = await policy.purge(deps.sql, { olderThan, limit: input.batchSize });
+          // A platform job: it sweeps every company's rows, so it runs in system scope.
+          last = await withSystemScope(deps.sql, (tx) => policy.purge(tx, { olderThan, limit: input.batchSize }));
           total += last;
           if (last < input.batchSize) break;
         }

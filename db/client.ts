@@ -10,7 +10,14 @@ export interface DatabaseOptions {
   idleTimeoutS: number;
   statementTimeoutMs: number;
   applicationName: string;
+  /**
+   * Role every connection switches to at start-up. Application pools use `payments_app`, which is
+   * subject to row-level security; migrations and the CLI connect as the owner (no role).
+   */
+  role?: string;
 }
+
+export const APP_ROLE = 'payments_app';
 
 /** A postgres.js pool with every limit spelled out rather than left to defaults. */
 export function createSql(options: DatabaseOptions): Sql {
@@ -22,6 +29,7 @@ export function createSql(options: DatabaseOptions): Sql {
     prepare: true,
     onnotice: () => undefined,
     connection: {
+      ...(options.role ? { role: options.role } : {}),
       application_name: options.applicationName,
       statement_timeout: options.statementTimeoutMs,
       idle_in_transaction_session_timeout: options.statementTimeoutMs * 3,
@@ -43,9 +51,11 @@ export function databaseOptionsFromConfig(
   },
   url: string,
   applicationName: string,
+  role?: string,
 ): DatabaseOptions {
   return {
     url,
+    ...(role ? { role } : {}),
     poolMax: config.DATABASE_POOL_MAX,
     connectTimeoutS: config.DATABASE_CONNECT_TIMEOUT_S,
     idleTimeoutS: config.DATABASE_IDLE_TIMEOUT_S,

@@ -38,8 +38,9 @@ function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
-  } catch {
-    return false;
+  } catch (error) {
+    // EPERM: it exists but belongs to another user (the postgres user, when we are not root).
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

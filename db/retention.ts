@@ -1,4 +1,4 @@
-import type { Sql } from './client.ts';
+import type { TransactionSql } from './client.ts';
 
 /**
  * What the data-retention workflow may delete. Each policy names one table and the rows that have
@@ -8,7 +8,7 @@ import type { Sql } from './client.ts';
 export interface RetentionPolicy {
   name: string;
   /** Deletes at most `limit` expired rows and returns how many it deleted. */
-  purge(sql: Sql, options: { olderThan: Date; limit: number }): Promise<number>;
+  purge(tx: TransactionSql, options: { olderThan: Date; limit: number }): Promise<number>;
   keepForMs: number;
 }
 
@@ -18,8 +18,8 @@ export const RETENTION_POLICIES: readonly RetentionPolicy[] = [
   {
     name: 'outbox.dispatched',
     keepForMs: 7 * DAY_MS,
-    async purge(sql, { olderThan, limit }) {
-      const rows = await sql`
+    async purge(tx, { olderThan, limit }) {
+      const rows = await tx`
         delete from outbox
         where id in (
           select id from outbox

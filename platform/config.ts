@@ -28,6 +28,12 @@ export const ZConfig = z.object({
   HTTP_REQUEST_TIMEOUT_MS: ZPositiveInt.max(300_000).default(30_000),
   HTTP_HEADERS_TIMEOUT_MS: ZPositiveInt.max(120_000).default(15_000),
   HTTP_KEEP_ALIVE_TIMEOUT_MS: ZPositiveInt.max(120_000).default(5_000),
+  SESSION_TTL_MINUTES: ZPositiveInt.max(7 * 24 * 60).default(12 * 60),
+  LOGIN_THROTTLE_AFTER_FAILURES: ZPositiveInt.max(100).default(5),
+  LOGIN_LOCK_AFTER_FAILURES: ZPositiveInt.max(1000).default(10),
+  LOGIN_LOCK_MINUTES: ZPositiveInt.max(7 * 24 * 60).default(60),
+  IDEMPOTENCY_TTL_HOURS: ZPositiveInt.min(24).max(24 * 30).default(24),
+  IDEMPOTENCY_LEASE_MS: ZPositiveInt.min(1000).max(600_000).default(60_000),
   SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
   PUBLIC_BASE_URL: z.url().optional(),
 });

@@ -1,0 +1,141 @@
+import type { Sql, TransactionSql } from './client.ts';
+
+export const OPERATOR_ROLES = ['owner', 'admin', 'compliance', 'support_manager', 'support_agent', 'viewer'] as const;
+export type OperatorRole = (typeof OPERATOR_ROLES)[number];
+
+export interface Operator {
+  id: string;
+  companyId: string;
+  email: string;
+  firstName: string;
+  lastName: string;
+  role: OperatorRole;
+  isBlocked: boolean;
+  failedLogins: number;
+  lockedUntil: Date | null;
+  lastLoginAt: Date | null;
+  createdAt: Date;
+}
+
+interface OperatorRow {
+  id: string;
+  company_id: string;
+  email: string;
+  first_name: string;
+  last_name: string;
+  role: OperatorRole;
+  is_blocked: boolean;
+  failed_logins: number;
+  locked_until: Date | null;
+  last_login_at: Date | null;
+  created_at: Date;
+}
+
+function toOperator(row: OperatorRow): Operator {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    email: row.email,
+    firstName: row.first_name,
+    lastName: row.last_name,
+    role: row.role,
+    isBlocked: row.is_blocked,
+    failedLogins: row.failed_logins,
+    lockedUntil: row.locked_until,
+    lastLoginAt: row.last_login_at,
+    createdAt: row.created_at,
+  };
+}
+
+const COLUMNS =
+  'id, company_id, email, first_name, last_name, role, is_blocked, failed_logins, locked_until, last_login_at, created_at';
+
+export interface NewOperator {
+  id: string;
+  companyId: string;
+  email: string;
+  firstName?: string;
+  lastName?: string;
+  role: OperatorRole;
+  passwordHash: string;
+}
+
+export async function insertOperator(tx: TransactionSql | Sql, operator: NewOperator): Promise<Operator> {
+  const [row] = await tx<OperatorRow[]>`
+    insert into operators (id, company_id, email, first_name, last_name, role, password_hash)
+    values (${operator.id}, ${operator.companyId}, ${operator.email.toLowerCase()}, ${operator.firstName ?? ''},
+            ${operator.lastName ?? ''}, ${operator.role}, ${operator.passwordHash})
+    returning ${tx.unsafe(COLUMNS)}`;
+  return toOperator(row!);
+}
+
+export async function findOperator(tx: TransactionSql | Sql, id: string): Promise<Operator | undefined> {
+  const [row] = await tx<OperatorRow[]>`select ${tx.unsafe(COLUMNS)} from operators where id = ${id}`;
+  return row ? toOperator(row) : undefined;
+}
+
+export async function findOperatorByEmail(tx: TransactionSql | Sql, email: string): Promise<Operator | undefined> {
+  const [row] = await tx<
+    OperatorRow[]
+  >`select ${tx.unsafe(COLUMNS)} from operators where email = ${email.toLowerCase()}`;
+  return row ? toOperator(row) : undefined;
+}
+
+export interface LoginCandidate {
+  operatorId: string;
+  companyId: string;
+  passwordHash: string;
+  role: OperatorRole;
+  isBlocked: boolean;
+  failedLogins: number;
+  lockedUntil: Date | null;
+  companyBlocked: boolean;
+  companyActive: boolean;
+}
+
+/** Cross-company lookup for sign-in, through the narrow database function made for it. */
+export async function findLoginCandidate(sql: Sql, email: string): Promise<LoginCandidate | undefined> {
+  const [row] = await sql<
+    {
+      operator_id: string;
+      company_id: string;
+      password_hash: string;
+      role: OperatorRole;
+      is_blocked: boolean;
+      failed_logins: number;
+      locked_until: Date | null;
+      company_blocked: boolean;
+      company_active: boolean;
+    }[]
+  >`select * from auth_operator_for_login(${email})`;
+  if (!row) return undefined;
+  return {
+    operatorId: row.operator_id,
+    companyId: row.company_id,
+    passwordHash: row.password_hash,
+    role: row.role,
+    isBlocked: row.is_blocked,
+    failedLogins: row.failed_logins,
+    lockedUntil: row.locked_until,
+    companyBlocked: row.company_blocked,
+    companyActive: row.company_active,
+  };
+}
+
+/** Counts a failed sign-in and applies the lock the caller computed; returns the new count. */
+export async function recordFailedLogin(
+  tx: TransactionSql,
+  operatorId: string,
+  lockedUntil: (failures: number) => Date | null,
+): Promise<number> {
+  const [row] = await tx<{ failed_logins: number }[]>`
+    update operators set failed_logins = failed_logins + 1 where id = ${operatorId} returning failed_logins`;
+  const failures = row?.failed_logins ?? 0;
+  const until = lockedUntil(failures);
+  if (until) await tx`update operators set locked_until = ${until} where id = ${operatorId}`;
+  return failures;
+}
+
+export async function recordSuccessfulLogin(tx: TransactionSql, operatorId: string, at: Date): Promise<void> {
+  await tx`update operators set failed_logins = 0, locked_until = null, last_login_at = ${at} where id = ${operatorId}`;
+}
