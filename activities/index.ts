@@ -1,6 +1,7 @@
 import type { Sql } from '../db/client.ts';
 import { RETENTION_POLICIES } from '../db/retention.ts';
 import { createDataRetentionActivities } from './data-retention.ts';
+import { createIdempotencyActivities } from './idempotency.ts';
 
 export interface ActivityDeps {
   sql: Sql;
@@ -10,6 +11,7 @@ export interface ActivityDeps {
 export function createActivities(deps: ActivityDeps) {
   return {
     ...createDataRetentionActivities({ sql: deps.sql, policies: RETENTION_POLICIES }),
+    ...createIdempotencyActivities({ sql: deps.sql }),
   };
 }
 

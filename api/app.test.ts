@@ -4,6 +4,8 @@ import { after, before, describe, it } from 'node:test';
 import { z } from 'zod';
 import { pino } from 'pino';
 import type Koa from 'koa';
+import postgres from 'postgres';
+import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createApp, createHttpApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 import { defineRoute } from './route.ts';
@@ -21,6 +23,7 @@ const probeRoutes = [
     operationId: 'probe',
     summary: 'probe',
     tags: ['test'],
+    auth: { kind: 'public' },
     params: z.object({ id: z.string().regex(/^p_[a-z0-9]+$/) }),
     query: z.object({ limit: z.coerce.number().int().min(1).max(100).default(10) }),
     body: z.strictObject({ amount: z.string().regex(/^\d+(\.\d+)?$/), currency: z.string().length(3) }),
@@ -36,6 +39,7 @@ const probeRoutes = [
     operationId: 'crash',
     summary: 'crash',
     tags: ['test'],
+    auth: { kind: 'public' },
     responses: { 500: 'always' },
     handler() {
       throw new Error('connection to db at 10.0.0.3 failed: password authentication for user "payments" failed');
@@ -47,6 +51,7 @@ const probeRoutes = [
     operationId: 'missing',
     summary: 'missing',
     tags: ['test'],
+    auth: { kind: 'public' },
     responses: { 404: 'always' },
     handler() {
       throw problems.notFound('No transfer tr_123.');
@@ -170,6 +175,10 @@ describe('operations and docs routes', () => {
     const app = createApp({
       logger,
       limits,
+      // Health and docs routes never query: a pool that is never used never connects.
+      sql: postgres('postgres://unused@127.0.0.1:1/unused', { max: 1 }),
+      loginPolicy: DEFAULT_LOGIN_POLICY,
+      idempotency: { run: (_ctx, _scope, _options, execute) => execute() },
       readiness: {
         postgres: async () => true,
         temporal: async () => {

@@ -1,13 +1,20 @@
+import type { Sql } from '../db/client.ts';
 import type { Logger } from '../platform/logger.ts';
+import type { LoginPolicy } from '../services/auth.ts';
+import type { IdempotencyRunner } from './route.ts';
 
 /** Everything the HTTP app needs, injected: createApp reads no environment and opens no socket. */
 export interface AppDeps {
   logger: Logger;
+  /** Application pool: connects as `payments_app`, so row-level security applies to every query. */
+  sql: Sql;
   /** Named dependency checks for /readyz; each resolves true when the dependency answers. */
   readiness: Record<string, () => Promise<boolean>>;
   limits: {
     bodyLimitBytes: number;
   };
+  loginPolicy: LoginPolicy;
+  idempotency: IdempotencyRunner;
 }
 
 declare module 'koa' {

@@ -3,7 +3,9 @@ import { loadConfig } from '../platform/config.ts';
 import { createLogger } from '../platform/logger.ts';
 import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
 import { connectTemporalClient, pingTemporal } from '../platform/temporal.ts';
-import { createSql, databaseOptionsFromConfig, pingDatabase } from '../db/client.ts';
+import { APP_ROLE, createSql, databaseOptionsFromConfig, pingDatabase } from '../db/client.ts';
+import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
+import { createIdempotency } from './middleware/idempotency.ts';
 import { createApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 
@@ -14,7 +16,8 @@ if (!config.DATABASE_URL) {
   process.exit(1);
 }
 const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
-const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-api'));
+// The API's pool runs as payments_app: row-level security applies to every query it makes.
+const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-api', APP_ROLE));
 const temporal = await connectTemporalClient({
   address: temporalAddress,
   namespace: config.TEMPORAL_NAMESPACE,
@@ -23,6 +26,18 @@ const temporal = await connectTemporalClient({
 
 const app = createApp({
   logger,
+  sql,
+  loginPolicy: {
+    ...DEFAULT_LOGIN_POLICY,
+    sessionTtlMs: config.SESSION_TTL_MINUTES * 60_000,
+    throttleAfterFailures: config.LOGIN_THROTTLE_AFTER_FAILURES,
+    lockAfterFailures: config.LOGIN_LOCK_AFTER_FAILURES,
+    lockMs: config.LOGIN_LOCK_MINUTES * 60_000,
+  },
+  idempotency: createIdempotency({
+    sql,
+    options: { ttlMs: config.IDEMPOTENCY_TTL_HOURS * 3_600_000, leaseMs: config.IDEMPOTENCY_LEASE_MS },
+  }),
   readiness: {
     postgres: () => pingDatabase(sql),
     temporal: () => pingTemporal(temporal.connection, config.TEMPORAL_NAMESPACE, 2_000),

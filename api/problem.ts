@@ -103,4 +103,33 @@ export const problems = {
     }),
   unavailable: (detail: string) =>
     new HttpProblem({ status: 503, code: 'SERVICE_UNAVAILABLE', title: 'Service unavailable', detail }),
+  idempotencyKeyRequired: () =>
+    new HttpProblem({
+      status: 400,
+      code: 'IDEMPOTENCY_KEY_REQUIRED',
+      title: 'Idempotency key required',
+      detail: 'Send an Idempotency-Key header (1 to 255 printable ASCII characters) with every write.',
+    }),
+  idempotencyKeyInvalid: () =>
+    new HttpProblem({
+      status: 400,
+      code: 'IDEMPOTENCY_KEY_INVALID',
+      title: 'Invalid idempotency key',
+      detail: 'The Idempotency-Key header must be 1 to 255 printable ASCII characters.',
+    }),
+  idempotencyKeyReused: () =>
+    new HttpProblem({
+      status: 422,
+      code: 'IDEMPOTENCY_KEY_REUSED',
+      title: 'Idempotency key reused',
+      detail: 'This Idempotency-Key was already used for a different request (method, path or body). Use a new key.',
+    }),
+  idempotencyRequestInProgress: (retryAfterSeconds = 1) =>
+    new HttpProblem({
+      status: 409,
+      code: 'IDEMPOTENCY_REQUEST_IN_PROGRESS',
+      title: 'Request in progress',
+      detail: 'A request with this Idempotency-Key is still being processed. Retry after a moment to get its response.',
+      headers: { 'Retry-After': String(retryAfterSeconds) },
+    }),
 };

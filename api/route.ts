@@ -2,8 +2,31 @@ import type Router from '@koa/router';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { problems, type ValidationIssue } from './problem.ts';
+import type { Permission } from './auth/permissions.ts';
+import type { Authenticator } from './auth/authenticate.ts';
 
 export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** Who may call a route: anyone, a signed-in console operator with a permission, or an API key. */
+export type RouteAuth = { kind: 'public' } | { kind: 'operator'; permission: Permission } | { kind: 'api_key' };
+
+/** The object a route's path parameter names, so the tenancy matrix test can make own and foreign ones. */
+export interface RouteResource {
+  param: string;
+  type: string;
+}
+
+const WRITE_METHODS = new Set<HttpMethod>(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** The idempotency layer as the route layer uses it (api/middleware/idempotency.ts). */
+export interface IdempotencyRunner {
+  run(
+    ctx: Context,
+    scope: { companyId: string; environment: 'sandbox' | 'live' | 'admin' },
+    options: { required: boolean },
+    execute: () => Promise<void>,
+  ): Promise<void>;
+}
 type Schema = z.ZodType | undefined;
 type Infer<S extends Schema> = S extends z.ZodType ? z.output<S> : undefined;
 
@@ -23,9 +46,15 @@ export interface RouteDefinition<P extends Schema = Schema, Q extends Schema = S
   operationId: string;
   summary: string;
   tags: string[];
+  auth: RouteAuth;
+  resource?: RouteResource;
+  /** Writes are idempotent by default; a route that must never replay (sign-in) opts out. */
+  idempotent?: boolean;
   params?: P;
   query?: Q;
   body?: B;
+  /** A valid request body: shown in the docs and used by the route-matrix test. */
+  example?: unknown;
   /** Success status and a short description, for the docs. */
   responses: Record<number, string>;
   handler(ctx: Context, input: RouteInput<P, Q, B>): Promise<void> | void;
@@ -53,15 +82,32 @@ async function parsePart(schema: Schema, value: unknown, location: 'params' | 'q
   return undefined;
 }
 
-export function mountRoutes(router: Router, routes: readonly RouteDefinition[]): void {
+export interface RouteLayer {
+  authenticate: Authenticator;
+  idempotency?: IdempotencyRunner;
+}
+
+/**
+ * Registers each route with the same pipeline: authenticate and authorize (401/403), validate
+ * params, query and body once (400), then run the handler, through the idempotency layer for writes.
+ */
+export function mountRoutes(router: Router, routes: readonly RouteDefinition[], layer: RouteLayer): void {
   for (const route of routes) {
     router.register(route.path, [route.method], async (ctx: Context) => {
+      ctx.state.auth = await layer.authenticate(ctx, route.auth);
       const issues: ValidationIssue[] = [];
       const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);
       const query = await parsePart(route.query, ctx.query, 'query', issues);
       const body = await parsePart(route.body, (ctx.request as { body?: unknown }).body ?? {}, 'body', issues);
       if (issues.length > 0) throw problems.validation(issues);
-      await route.handler(ctx, { params, query, body });
+      const execute = async () => route.handler(ctx, { params, query, body });
+      const principal = ctx.state.auth;
+      if (layer.idempotency && principal && WRITE_METHODS.has(route.method) && route.idempotent !== false) {
+        const environment = principal.kind === 'api_key' ? principal.environment : 'admin';
+        await layer.idempotency.run(ctx, { companyId: principal.companyId, environment }, { required: principal.kind === 'api_key' }, execute);
+      } else {
+        await execute();
+      }
     }, { name: route.operationId });
   }
 }
@@ -94,14 +140,38 @@ export function openApiDocument(routes: readonly RouteDefinition[], info: { titl
       operationId: route.operationId,
       summary: route.summary,
       tags: route.tags,
+      ...(route.auth.kind === 'public'
+        ? { security: [] }
+        : { security: [{ [route.auth.kind === 'operator' ? 'consoleSession' : 'apiKey']: [] }] }),
+      ...(route.auth.kind === 'operator' ? { 'x-permission': route.auth.permission } : {}),
       parameters: [...parameters(route.params, 'path'), ...parameters(route.query, 'query')],
       ...(route.body
-        ? { requestBody: { required: true, content: { 'application/json': { schema: jsonSchema(route.body) } } } }
+        ? {
+            requestBody: {
+              required: true,
+              content: {
+                'application/json': {
+                  schema: jsonSchema(route.body),
+                  ...(route.example === undefined ? {} : { example: route.example }),
+                },
+              },
+            },
+          }
         : {}),
       responses: Object.fromEntries(
         Object.entries(route.responses).map(([status, description]) => [status, { description }]),
       ),
     };
   }
-  return { openapi: '3.1.0', info, paths };
+  return {
+    openapi: '3.1.0',
+    info,
+    paths,
+    components: {
+      securitySchemes: {
+        consoleSession: { type: 'http', scheme: 'bearer', description: 'Token from POST /admin/auth/login.' },
+        apiKey: { type: 'http', scheme: 'bearer', description: 'sk_sandbox_… or sk_live_… API key.' },
+      },
+    },
+  };
 }

@@ -1,7 +1,25 @@
-import type { Client } from '@temporalio/client';
+import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { DATA_RETENTION_WORKFLOW_ID } from '../workflows/shared/data-retention.ts';
 import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';
+import type { idempotencyPurgeWorkflow } from '../workflows/idempotency-purge.ts';
+
+export const IDEMPOTENCY_PURGE_SCHEDULE_ID = 'system/idempotency-purge';
+
+/** The hourly purge of expired idempotency keys: its spec, action and policies, in one place. */
+const idempotencyPurgeSchedule = {
+  spec: { intervals: [{ every: '1 hour' }] },
+  action: {
+    type: 'startWorkflow',
+    workflowType: 'idempotencyPurgeWorkflow',
+    // The Schedule appends each firing's time to this ID.
+    workflowId: IDEMPOTENCY_PURGE_SCHEDULE_ID,
+    taskQueue: TASK_QUEUES.core,
+    args: [{}],
+    workflowRunTimeout: '50 minutes',
+  } satisfies ScheduleOptionsStartWorkflowAction<typeof idempotencyPurgeWorkflow>,
+  policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 hour', pauseOnFailure: false },
+};
 
 /**
  * Starts the platform's long-running housekeeping workflows if they are not running yet. Safe to
@@ -14,4 +32,21 @@ export async function ensureSystemWorkflows(client: Client): Promise<void> {
     args: [{}],
     workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
   });
+  await ensureIdempotencyPurgeSchedule(client);
+}
+
+/**
+ * Creates the hourly idempotency-purge Schedule, or, when it exists, brings its spec, action and
+ * policies up to date while keeping its state (an operator may have paused it).
+ */
+async function ensureIdempotencyPurgeSchedule(client: Client): Promise<void> {
+  try {
+    await client.schedule.create({ scheduleId: IDEMPOTENCY_PURGE_SCHEDULE_ID, ...idempotencyPurgeSchedule });
+  } catch (error) {
+    if (!(error instanceof ScheduleAlreadyRunning)) throw error;
+    await client.schedule.getHandle(IDEMPOTENCY_PURGE_SCHEDULE_ID).update((previous) => ({
+      ...previous,
+      ...idempotencyPurgeSchedule,
+    }));
+  }
 }

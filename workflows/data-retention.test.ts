@@ -4,13 +4,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { WorkflowExecutionAlreadyStartedError, type WorkflowHandle, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { createDataRetentionActivities } from '../activities/data-retention.ts';
 import { RETENTION_POLICIES, type RetentionPolicy } from '../db/retention.ts';
-import { ensureSystemWorkflows } from '../workers/system-workflows.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
@@ -187,11 +186,18 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
   });
 
   it('joins the running workflow on a duplicate start instead of starting a second one', async () => {
-    await ensureSystemWorkflows(env.client);
-    const first = await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).describe();
-    await ensureSystemWorkflows(env.client);
-    const second = await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).describe();
-    assert.equal(second.runId, first.runId);
+    // The same start ensureSystemWorkflows makes (its Schedule part needs a real server: see
+    // workflows/idempotency-purge.test.ts, which also checks this on the dev server).
+    const startRetention = () =>
+      env.client.workflow.start('dataRetentionWorkflow', {
+        workflowId: DATA_RETENTION_WORKFLOW_ID,
+        taskQueue: TASK_QUEUES.core,
+        args: [{}],
+        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+      });
+    const first = await startRetention();
+    const second = await startRetention();
+    assert.equal(second.firstExecutionRunId, first.firstExecutionRunId);
     await assert.rejects(
       env.client.workflow.start('dataRetentionWorkflow', { workflowId: DATA_RETENTION_WORKFLOW_ID, taskQueue: TASK_QUEUES.core, args: [{}] }),
       WorkflowExecutionAlreadyStartedError,

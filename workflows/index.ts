@@ -1,2 +1,3 @@
 // Workflow bundle entry: every workflow type the worker serves is exported here.
 export { dataRetentionWorkflow } from './data-retention.ts';
+export { idempotencyPurgeWorkflow } from './idempotency-purge.ts';

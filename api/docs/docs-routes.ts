@@ -17,6 +17,7 @@ export function docsRoutes(routes: () => readonly RouteDefinition[]): RouteDefin
       operationId: 'getOpenApi',
       summary: 'The OpenAPI 3.1 description of this API, generated from its route definitions.',
       tags: ['docs'],
+      auth: { kind: 'public' },
       responses: { 200: 'OpenAPI document.' },
       handler(ctx) {
         ctx.body = document();
@@ -28,6 +29,7 @@ export function docsRoutes(routes: () => readonly RouteDefinition[]): RouteDefin
       operationId: 'getDocs',
       summary: 'Human-readable list of every operation.',
       tags: ['docs'],
+      auth: { kind: 'public' },
       responses: { 200: 'HTML page.' },
       handler(ctx) {
         const rows = routes()

@@ -8,6 +8,7 @@ export function getReadyz(deps: Pick<AppDeps, 'readiness'>) {
     operationId: 'getReadyz',
     summary: 'Readiness: PostgreSQL and Temporal both answer.',
     tags: ['operations'],
+    auth: { kind: 'public' },
     responses: { 200: 'Every dependency answers.', 503: 'At least one dependency does not answer.' },
     async handler(ctx) {
       const names = Object.keys(deps.readiness);

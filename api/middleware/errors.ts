@@ -1,4 +1,6 @@
 import type { Context, Middleware } from 'koa';
+import { DomainError } from '../../workflows/shared/errors.ts';
+import { problemFromDomainError } from '../domain-errors.ts';
 import { HttpProblem, PROBLEM_CONTENT_TYPE, problems } from '../problem.ts';
 
 interface HttpLikeError {
@@ -12,6 +14,7 @@ interface HttpLikeError {
 /** Maps errors raised by Koa's own stack (body parsing, limits) to problems; anything else is a 500. */
 function toProblem(error: unknown, ctx: Context, bodyLimitBytes: number): HttpProblem {
   if (error instanceof HttpProblem) return error;
+  if (error instanceof DomainError) return problemFromDomainError(error);
   const httpError = (typeof error === 'object' && error !== null ? error : {}) as HttpLikeError;
   const status = httpError.status ?? httpError.statusCode;
   if (httpError.type === 'entity.too.large' || status === 413) return problems.payloadTooLarge(bodyLimitBytes);
@@ -52,4 +55,19 @@ export function errorHandler(options: { bodyLimitBytes: number }): Middleware {
       send(ctx, problem);
     }
   };
+}
+
+/** Renders a problem exactly as the error middleware does, for middleware that must capture it. */
+export function sendProblem(ctx: Context, problem: HttpProblem): void {
+  send(ctx, problem);
+}
+
+/**
+ * The problem for an error whose meaning is known (an HttpProblem as it is, a DomainError by its
+ * kind), or undefined for any other error, which the error middleware answers with a bare 500.
+ */
+export function knownProblem(error: unknown): HttpProblem | undefined {
+  if (error instanceof HttpProblem) return error;
+  if (error instanceof DomainError) return problemFromDomainError(error);
+  return undefined;
 }

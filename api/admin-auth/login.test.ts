@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { verifyAuditChain } from '../../db/audit.ts';
+import { SYSTEM_ACTOR } from '../../services/audit-context.ts';
+import { createOperator } from '../../services/operators.ts';
+import { call, provisionTestTenant, signIn, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
+
+const POLICY = { throttleAfterFailures: 3, throttleBaseMs: 300, lockAfterFailures: 5, lockMs: 60 * 60 * 1000 };
+
+describe('console sign-in', () => {
+  let testApp: TestApp;
+  let tenant: TestTenant;
+  before(async () => {
+    testApp = await startTestApp({ loginPolicy: POLICY });
+    tenant = await provisionTestTenant(testApp);
+  });
+  after(async () => testApp.close());
+
+  const login = (email: string, password: string) =>
+    call(testApp, 'POST', '/admin/auth/login', { body: { email, password } });
+
+  it('returns a token that works until logout, then stops at once', async () => {
+    const response = await login(tenant.owner.email, tenant.ownerPassword);
+    assert.equal(response.status, 200);
+    assert.match(response.body.token, /^sess_[A-Za-z0-9_-]{43}$/);
+    assert.ok(Date.parse(response.body.expiresAt) > Date.now() + 11 * 60 * 60 * 1000);
+    assert.equal(response.headers.get('cache-control'), 'no-store');
+    const token = response.body.token as string;
+
+    const me = await call(testApp, 'GET', '/admin/auth/me', { token });
+    assert.equal(me.status, 200);
+    assert.equal(me.body.companyId, tenant.company.id);
+    assert.equal(me.body.role, 'owner');
+    assert.equal(me.body.email, tenant.owner.email);
+
+    assert.equal((await call(testApp, 'POST', '/admin/auth/logout', { token })).status, 200);
+    const after = await call(testApp, 'GET', '/admin/auth/me', { token });
+    assert.equal(after.status, 401);
+    assert.equal(after.body.code, 'UNAUTHENTICATED');
+    assert.equal(after.headers.get('www-authenticate'), 'Bearer');
+  });
+
+  it('answers a wrong password and an unknown email the same way', async () => {
+    const wrong = await login(tenant.owner.email, 'not-the-password-at-all');
+    const unknown = await login('nobody@nowhere.example', 'not-the-password-at-all');
+    assert.equal(wrong.status, 401);
+    assert.equal(unknown.status, 401);
+    assert.equal(wrong.body.code, 'INVALID_CREDENTIALS');
+    assert.deepEqual({ ...wrong.body, request_id: null }, { ...unknown.body, request_id: null });
+    await login(tenant.owner.email, tenant.ownerPassword); // resets the failure count
+  });
+
+  it('rejects malformed input with 400 and missing or garbage tokens with 401', async () => {
+    const bad = await call(testApp, 'POST', '/admin/auth/login', { body: { email: 'not-an-email', password: '' } });
+    assert.equal(bad.status, 400);
+    assert.deepEqual(bad.body.errors.map((error: { path: string }) => error.path).sort(), ['body.email', 'body.password']);
+    assert.equal((await call(testApp, 'GET', '/admin/auth/me')).status, 401);
+    assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: 'sess_forged' })).status, 401);
+    assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: tenant.sandboxApiKey })).status, 401);
+  });
+
+  it('slows down repeated failures, then locks the account even for the right password', async () => {
+    const victim = await createOperator(
+      testApp.ownerSql,
+      { companyId: tenant.company.id, email: 'victim@tenant.example', password: 'victim-password-123', role: 'viewer' },
+      SYSTEM_ACTOR,
+    );
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      assert.equal((await login(victim.email, 'wrong-password-xyz')).status, 401);
+    }
+    const throttled = await login(victim.email, 'victim-password-123');
+    assert.equal(throttled.status, 429);
+    assert.equal(throttled.body.code, 'LOGIN_THROTTLED');
+    assert.ok(Number(throttled.headers.get('retry-after')) >= 1);
+
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    assert.equal((await login(victim.email, 'wrong-password-xyz')).status, 401); // 4th failure
+    await new Promise((resolve) => setTimeout(resolve, 650));
+    assert.equal((await login(victim.email, 'wrong-password-xyz')).status, 401); // 5th: locks
+    const locked = await login(victim.email, 'victim-password-123');
+    assert.equal(locked.status, 423);
+    assert.equal(locked.body.code, 'ACCOUNT_LOCKED');
+    assert.ok(Number(locked.headers.get('retry-after')) > 3000);
+
+    const events = await testApp.ownerSql<{ event: string; reason: string | null }[]>`
+      select event, data->>'reason' as reason from audit_events where object_id = ${victim.id} order by seq`;
+    assert.deepEqual(
+      events.map((row) => (row.reason ? `${row.event}:${row.reason}` : row.event)),
+      [
+        'operator.created',
+        'auth.login_failed:bad_password',
+        'auth.login_failed:bad_password',
+        'auth.login_failed:bad_password',
+        'auth.login_failed:throttled',
+        'auth.login_failed:bad_password',
+        'auth.login_failed:bad_password',
+        'auth.account_locked',
+        'auth.login_failed:locked',
+      ],
+    );
+    assert.deepEqual((await verifyAuditChain(testApp.appSql, tenant.company.id)).ok, true);
+  });
+
+  it('refuses a blocked operator or company, and their existing sessions stop working', async () => {
+    const operator = await createOperator(
+      testApp.ownerSql,
+      { companyId: tenant.company.id, email: 'soon-blocked@tenant.example', password: 'blocked-password-123', role: 'admin' },
+      SYSTEM_ACTOR,
+    );
+    const token = await signIn(testApp, operator.email, 'blocked-password-123');
+    await testApp.ownerSql`update operators set is_blocked = true where id = ${operator.id}`;
+    const refused = await login(operator.email, 'blocked-password-123');
+    assert.equal(refused.status, 403);
+    assert.equal(refused.body.code, 'ACCOUNT_BLOCKED');
+    assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token })).status, 403);
+
+    const other = await provisionTestTenant(testApp);
+    await testApp.ownerSql`update companies set is_block = true where id = ${other.company.id}`;
+    const companyRefused = await login(other.owner.email, other.ownerPassword);
+    assert.equal(companyRefused.status, 403);
+    assert.equal(companyRefused.body.code, 'COMPANY_BLOCKED');
+    assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: other.token })).status, 403);
+  });
+});

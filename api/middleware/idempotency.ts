@@ -1,0 +1,270 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import type { Context } from 'koa';
+import type { Sql, TransactionSql } from '../../db/client.ts';
+import {
+  completeIdempotencyKey,
+  findIdempotencyKey,
+  insertRunningIdempotencyKey,
+  releaseIdempotencyKey,
+  takeOverExpiredIdempotencyKey,
+  type IdempotencyKeyId,
+  type IdempotencyMethod,
+  type StoredResponse,
+} from '../../db/idempotency.ts';
+import { withTenant } from '../../db/tenant.ts';
+import { problems, type HttpProblem } from '../problem.ts';
+import { knownProblem, sendProblem } from './errors.ts';
+
+// Idempotency for every write (DESIGN contract 5). The route layer calls `run` after authentication
+// and validation; `run` either executes the operation once and stores its response under the key,
+// or answers from what is stored:
+//
+//   no key               → 400 IDEMPOTENCY_KEY_REQUIRED when required, else execute without one
+//   malformed key        → 400 IDEMPOTENCY_KEY_INVALID
+//   new key              → execute, store the response, send it
+//   same key, same request, completed       → the stored response again, `Idempotent-Replayed: true`
+//   same key, different method, path or body → 422 IDEMPOTENCY_KEY_REUSED
+//   same key, first request still running   → 409 IDEMPOTENCY_REQUEST_IN_PROGRESS, `Retry-After: 1`
+//   same key, running but its lease expired (the process died mid-request) → taken over and executed
+//
+// An HttpProblem or DomainError below 500 (except 429, which says "later", not "no") is the
+// operation's decided answer and is stored like any response. Any other failure deletes the running
+// row, so that a retry executes, and is rethrown to the error middleware.
+//
+// A request's lease must outlast its longest possible run (set it above the server's request
+// timeout): once it expires, a retry takes the key over and executes the operation again.
+
+export interface IdempotencyScope {
+  companyId: string;
+  environment: 'sandbox' | 'live' | 'admin';
+}
+
+export interface IdempotencyOptions {
+  /** How long a key is kept (and replayed) after its first use; at least 24 h (the table enforces it). */
+  ttlMs: number;
+  /** How long a running request holds its key before another request may take it over. */
+  leaseMs: number;
+}
+
+/** A response for `recordResponse`: a JSON body (or none), serialized once and stored as bytes. */
+export interface IdempotentResponse {
+  status: number;
+  /** A JSON-serializable body; leave it out for an empty body. */
+  body?: unknown;
+  /** Location header, e.g. the URL of a created resource. */
+  location?: string;
+}
+
+/**
+ * `ctx.state.idempotency`, set by `run` for the duration of `execute` when the request carries a key
+ * (undefined for a keyless request on a surface where the key is optional).
+ *
+ * For the single-transaction hot path (a ledger transfer): the handler calls
+ * `recordResponse(tx, response)` inside ITS OWN `withTenant` transaction for `scope.companyId`, so
+ * the response is stored and the key completed atomically with the business change; if that
+ * transaction rolls back, so does the completion. `run` then sends exactly the recorded response
+ * (whatever the handler put in ctx.body) and does not store it again. It may be called once; it
+ * throws a 409 IDEMPOTENCY_REQUEST_IN_PROGRESS problem, which should abort the transaction, when
+ * this request no longer holds the key (its lease expired and another request took it over).
+ */
+export interface IdempotencyContext {
+  key: string;
+  scope: IdempotencyScope;
+  recordResponse(tx: TransactionSql, response: IdempotentResponse): Promise<void>;
+}
+
+declare module 'koa' {
+  interface DefaultState {
+    idempotency?: IdempotencyContext;
+  }
+}
+
+export interface Idempotency {
+  run(ctx: Context, scope: IdempotencyScope, options: { required: boolean }, execute: () => Promise<void>): Promise<void>;
+}
+
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
+export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
+const IDEMPOTENCY_KEY_PATTERN = /^[\x20-\x7e]{1,255}$/;
+const TTL_MS_MIN = 24 * 60 * 60 * 1000;
+const REQUEST_PATH_LENGTH_MAX = 2000;
+/** Rounds of insert / read / take over before giving up with a 409 (a row vanishing in between). */
+const ACQUIRE_ATTEMPTS_MAX = 3;
+const RETRY_AFTER_SECONDS = 1;
+const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+/** Statuses that carry no body (Koa strips it). */
+const EMPTY_BODY_STATUSES = new Set([204, 205, 304]);
+const WRITE_METHODS = new Set<string>(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/**
+ * SHA-256 over the method, the path with its query string, and the RFC 8785 canonical JSON of the
+ * parsed body: the same request however its JSON was spaced or its keys ordered.
+ */
+export function requestFingerprint(method: string, url: string, body: unknown): Buffer {
+  const canonical = canonicalize(body === undefined ? null : body) ?? 'null';
+  return createHash('sha256').update(method).update('\0').update(url).update('\0').update(canonical).digest();
+}
+
+/** The key from the header: undefined when absent, a 400 problem when malformed. */
+function readKey(ctx: Context): string | undefined {
+  const value = ctx.request.headers[IDEMPOTENCY_KEY_HEADER.toLowerCase()];
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(value)) throw problems.idempotencyKeyInvalid();
+  return value;
+}
+
+/** Status, Content-Type, Location and body bytes of the response the handler produced. */
+function captureResponse(ctx: Context, extraHeaders: Record<string, string> = {}): StoredResponse {
+  const body: unknown = ctx.body;
+  let bytes: Buffer;
+  if (body === undefined || body === null || EMPTY_BODY_STATUSES.has(ctx.status)) bytes = Buffer.alloc(0);
+  else if (Buffer.isBuffer(body)) bytes = body;
+  else if (typeof body === 'string') bytes = Buffer.from(body, 'utf8');
+  else {
+    assert(typeof (body as { pipe?: unknown }).pipe !== 'function', 'an idempotent write cannot answer with a stream');
+    bytes = Buffer.from(JSON.stringify(body));
+  }
+  const headers: Record<string, string> = {};
+  const contentType = ctx.response.get('Content-Type');
+  if (bytes.length > 0 && contentType) headers['content-type'] = contentType;
+  const location = ctx.response.get('Location');
+  if (location) headers.location = location;
+  for (const [name, value] of Object.entries(extraHeaders)) headers[name.toLowerCase()] = value;
+  return { status: ctx.status, headers, body: bytes };
+}
+
+/** Writes a stored response to ctx; the first response and every replay go through here alike. */
+function writeResponse(ctx: Context, response: StoredResponse): void {
+  ctx.status = response.status;
+  ctx.body = EMPTY_BODY_STATUSES.has(response.status) ? null : response.body;
+  ctx.remove('Content-Type');
+  ctx.remove('Location');
+  for (const [name, value] of Object.entries(response.headers)) ctx.set(name, value);
+}
+
+function fromIdempotentResponse(response: IdempotentResponse): StoredResponse {
+  const hasBody = response.body !== undefined && !EMPTY_BODY_STATUSES.has(response.status);
+  const headers: Record<string, string> = hasBody ? { 'content-type': JSON_CONTENT_TYPE } : {};
+  if (response.location !== undefined) headers.location = response.location;
+  return { status: response.status, headers, body: hasBody ? Buffer.from(JSON.stringify(response.body)) : Buffer.alloc(0) };
+}
+
+/** The decided answer an error stands for, or undefined when the outcome is unknown (release the key). */
+function decidedProblem(error: unknown): HttpProblem | undefined {
+  const problem = knownProblem(error);
+  return problem && problem.status < 500 && problem.status !== 429 ? problem : undefined;
+}
+
+type Acquired = { kind: 'acquired'; lease: Date } | { kind: 'replay'; response: StoredResponse };
+
+export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions }): Idempotency {
+  const { sql, options } = deps;
+  assert(Number.isInteger(options.ttlMs) && options.ttlMs >= TTL_MS_MIN, 'idempotency ttlMs must be at least 24 h');
+  assert(Number.isInteger(options.leaseMs) && options.leaseMs >= 1000, 'idempotency leaseMs must be at least 1 s');
+
+  /** One transaction: insert the key as running, or find out why not (and take over a dead lease). */
+  async function acquire(id: IdempotencyKeyId, request: { method: IdempotencyMethod; path: string; hash: Buffer }): Promise<Acquired> {
+    return withTenant(sql, id.companyId, async (tx) => {
+      for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
+        const lease = await insertRunningIdempotencyKey(tx, {
+          ...id,
+          requestMethod: request.method,
+          requestPath: request.path,
+          requestHash: request.hash,
+          leaseMs: options.leaseMs,
+          ttlMs: options.ttlMs,
+        });
+        if (lease) return { kind: 'acquired', lease };
+        const existing = await findIdempotencyKey(tx, id);
+        if (!existing) continue; // released between the two statements: try the insert again
+        if (!existing.requestHash.equals(request.hash)) throw problems.idempotencyKeyReused();
+        if (existing.status === 'completed') return { kind: 'replay', response: existing.response };
+        if (!existing.leaseExpired) break;
+        const takenOver = await takeOverExpiredIdempotencyKey(tx, { ...id, requestHash: request.hash, leaseMs: options.leaseMs });
+        if (takenOver) return { kind: 'acquired', lease: takenOver };
+        break; // another request took it over first
+      }
+      throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+    });
+  }
+
+  /** Completes the key with the response, then sends the very bytes that were stored. */
+  async function store(ctx: Context, id: IdempotencyKeyId, lease: Date, response: StoredResponse): Promise<void> {
+    try {
+      const completed = await withTenant(sql, id.companyId, (tx) => completeIdempotencyKey(tx, { ...id, lease, response }));
+      if (!completed) ctx.state.logger.warn({ key: id.key }, 'idempotency: lease lost before the response was stored');
+    } catch (error) {
+      // The operation has happened: answer with its result rather than a 500 that invites a retry.
+      ctx.state.logger.error({ err: error }, 'idempotency: could not store the response; a retry after the lease may execute again');
+    }
+    writeResponse(ctx, response);
+  }
+
+  return {
+    async run(ctx, scope, runOptions, execute) {
+      const key = readKey(ctx);
+      if (key === undefined) {
+        if (runOptions.required) throw problems.idempotencyKeyRequired();
+        await execute();
+        return;
+      }
+      const method = ctx.method.toUpperCase();
+      assert(WRITE_METHODS.has(method), `idempotency applies to writes, not ${method}`);
+      const id: IdempotencyKeyId = { companyId: scope.companyId, environment: scope.environment, key };
+      const request = {
+        method: method as IdempotencyMethod,
+        path: ctx.path.slice(0, REQUEST_PATH_LENGTH_MAX),
+        hash: requestFingerprint(method, ctx.originalUrl, (ctx.request as { body?: unknown }).body),
+      };
+
+      const acquired = await acquire(id, request);
+      if (acquired.kind === 'replay') {
+        writeResponse(ctx, acquired.response);
+        ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+        return;
+      }
+      const { lease } = acquired;
+
+      let recorded: StoredResponse | undefined;
+      ctx.state.idempotency = {
+        key,
+        scope,
+        async recordResponse(tx, response) {
+          assert(recorded === undefined, 'recordResponse may be called once per request');
+          const stored = fromIdempotentResponse(response);
+          if (!(await completeIdempotencyKey(tx, { ...id, lease, response: stored }))) {
+            throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+          }
+          recorded = stored;
+        },
+      };
+
+      try {
+        await execute();
+      } catch (error) {
+        const problem = decidedProblem(error);
+        if (!problem) {
+          await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
+            ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
+          });
+          throw error;
+        }
+        // Rendered as the error middleware would, then stored like any other response.
+        sendProblem(ctx, problem);
+        await store(ctx, id, lease, captureResponse(ctx, problem.headers));
+        return;
+      } finally {
+        ctx.state.idempotency = undefined;
+      }
+
+      if (recorded) {
+        writeResponse(ctx, recorded);
+        return;
+      }
+      await store(ctx, id, lease, captureResponse(ctx));
+    },
+  };
+
+}

@@ -1,0 +1,200 @@
+import type { Sql, TransactionSql } from './client.ts';
+import { withSystemScope } from './tenant.ts';
+
+// Queries on `idempotency_keys` (migration 00002). Every function but the purge takes a transaction
+// opened by `withTenant` for the row's company: row-level security then shows and accepts that
+// company's rows only. Leases are measured on the database clock, so application servers whose
+// clocks disagree still agree on when a lease has expired.
+//
+// The lease's `locked_until` doubles as a fencing token: it is truncated to milliseconds so that it
+// survives the round trip through a JS Date exactly, and completing or releasing a running row
+// requires the token of the lease that is held. A request whose lease expired and was taken over
+// can therefore no longer complete or delete the row of the request that took it over.
+
+export type IdempotencyEnvironment = 'sandbox' | 'live' | 'admin';
+export type IdempotencyMethod = 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** The primary key: a key is scoped to one company and one environment. */
+export interface IdempotencyKeyId {
+  companyId: string;
+  environment: IdempotencyEnvironment;
+  key: string;
+}
+
+/** A response exactly as it is replayed: status, a few headers (lower-case names) and body bytes. */
+export interface StoredResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+export type IdempotencyRecord = IdempotencyKeyId & {
+  requestMethod: IdempotencyMethod;
+  requestPath: string;
+  requestHash: Buffer;
+  createdAt: Date;
+  expiresAt: Date;
+} & (
+    | { status: 'running'; lockedUntil: Date; leaseExpired: boolean }
+    | { status: 'completed'; response: StoredResponse; completedAt: Date }
+  );
+
+interface IdempotencyRow {
+  company_id: string;
+  environment: IdempotencyEnvironment;
+  key: string;
+  request_method: IdempotencyMethod;
+  request_path: string;
+  request_hash: Buffer;
+  status: 'running' | 'completed';
+  locked_until: Date | null;
+  lease_expired: boolean | null;
+  response_status: number | null;
+  response_headers: Record<string, string> | null;
+  response_body: Buffer | null;
+  created_at: Date;
+  completed_at: Date | null;
+  expires_at: Date;
+}
+
+function toRecord(row: IdempotencyRow): IdempotencyRecord {
+  const base = {
+    companyId: row.company_id,
+    environment: row.environment,
+    key: row.key,
+    requestMethod: row.request_method,
+    requestPath: row.request_path,
+    requestHash: row.request_hash,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+  };
+  if (row.status === 'running') {
+    return { ...base, status: 'running', lockedUntil: row.locked_until!, leaseExpired: row.lease_expired === true };
+  }
+  return {
+    ...base,
+    status: 'completed',
+    completedAt: row.completed_at!,
+    response: {
+      status: row.response_status!,
+      headers: row.response_headers ?? {},
+      body: row.response_body ?? Buffer.alloc(0),
+    },
+  };
+}
+
+/** The lease end `leaseMs` from now on the database clock, truncated so it round-trips as a Date. */
+const leaseEnd = (tx: TransactionSql, leaseMs: number) =>
+  tx`date_trunc('milliseconds', clock_timestamp() + ${leaseMs}::double precision * interval '1 millisecond')`;
+
+/**
+ * Inserts the key as 'running' with a lease unless a row for it exists. Returns the lease (the
+ * fencing token for complete/release) when this call inserted the row, undefined when it existed.
+ */
+export async function insertRunningIdempotencyKey(
+  tx: TransactionSql,
+  entry: IdempotencyKeyId & {
+    requestMethod: IdempotencyMethod;
+    requestPath: string;
+    requestHash: Buffer;
+    leaseMs: number;
+    ttlMs: number;
+  },
+): Promise<Date | undefined> {
+  const [row] = await tx<{ locked_until: Date }[]>`
+    insert into idempotency_keys
+      (company_id, environment, key, request_method, request_path, request_hash, status, locked_until, expires_at)
+    values (${entry.companyId}, ${entry.environment}, ${entry.key}, ${entry.requestMethod}, ${entry.requestPath},
+            ${entry.requestHash}, 'running', ${leaseEnd(tx, entry.leaseMs)},
+            now() + ${entry.ttlMs}::double precision * interval '1 millisecond')
+    on conflict (company_id, environment, key) do nothing
+    returning locked_until`;
+  return row?.locked_until;
+}
+
+export async function findIdempotencyKey(tx: TransactionSql, id: IdempotencyKeyId): Promise<IdempotencyRecord | undefined> {
+  const [row] = await tx<IdempotencyRow[]>`
+    select company_id, environment, key, request_method, request_path, request_hash, status, locked_until,
+           locked_until <= clock_timestamp() as lease_expired,
+           response_status, response_headers, response_body, created_at, completed_at, expires_at
+    from idempotency_keys
+    where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}`;
+  return row ? toRecord(row) : undefined;
+}
+
+/**
+ * Takes over a running row whose lease has expired (its request died mid-flight) for a request with
+ * the same fingerprint, with a fresh lease. Atomic: of concurrent takers, the row lock lets exactly
+ * one see the expired lease; the others re-check the updated row, find a live lease, and get
+ * undefined.
+ */
+export async function takeOverExpiredIdempotencyKey(
+  tx: TransactionSql,
+  id: IdempotencyKeyId & { requestHash: Buffer; leaseMs: number },
+): Promise<Date | undefined> {
+  const [row] = await tx<{ locked_until: Date }[]>`
+    update idempotency_keys set locked_until = ${leaseEnd(tx, id.leaseMs)}
+    where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}
+      and status = 'running' and locked_until <= clock_timestamp() and request_hash = ${id.requestHash}
+    returning locked_until`;
+  return row?.locked_until;
+}
+
+/**
+ * Stores the response and completes the row, if the caller still holds the lease `lease`. Returns
+ * false when it does not (the row was completed, released or taken over meanwhile).
+ */
+export async function completeIdempotencyKey(
+  tx: TransactionSql,
+  id: IdempotencyKeyId & { lease: Date; response: StoredResponse },
+): Promise<boolean> {
+  const rows = await tx`
+    update idempotency_keys
+    set status = 'completed', locked_until = null, completed_at = now(),
+        response_status = ${id.response.status}, response_headers = ${tx.json(id.response.headers)},
+        response_body = ${id.response.body}
+    where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}
+      and status = 'running' and locked_until = ${id.lease}
+    returning 1`;
+  return rows.length === 1;
+}
+
+/**
+ * Deletes a running row whose request failed without a decided outcome, so that a retry with the
+ * same key executes. Only with the lease held; returns false otherwise.
+ */
+export async function releaseIdempotencyKey(tx: TransactionSql, id: IdempotencyKeyId & { lease: Date }): Promise<boolean> {
+  const rows = await tx`
+    delete from idempotency_keys
+    where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}
+      and status = 'running' and locked_until = ${id.lease}
+    returning 1`;
+  return rows.length === 1;
+}
+
+/**
+ * Deletes at most `limit` rows of every company whose retention ended before `asOf` (a running row
+ * that old belongs to a request that died long ago), in one system-scope transaction. Rows locked
+ * by a request in flight are skipped, not waited for. Returns how many it deleted.
+ *
+ * The batch is a MATERIALIZED CTE on purpose: as `where (...) in (select ... limit n for update skip
+ * locked)` the planner may pick a nested loop that re-runs the subquery per outer row, and each rerun
+ * skips the rows this statement already deleted and locks the next ones, so the limit stops holding.
+ */
+export async function purgeExpiredIdempotencyKeys(sql: Sql, options: { asOf: Date; limit: number }): Promise<number> {
+  return withSystemScope(sql, async (tx) => {
+    const rows = await tx`
+      with batch as materialized (
+        select company_id, environment, key from idempotency_keys
+        where expires_at <= ${options.asOf}
+        order by expires_at
+        limit ${options.limit}
+        for update skip locked
+      )
+      delete from idempotency_keys k
+      using batch
+      where k.company_id = batch.company_id and k.environment = batch.environment and k.key = batch.key
+      returning 1`;
+    return rows.length;
+  });
+}

@@ -1,0 +1,53 @@
+import type { Sql } from '../db/client.ts';
+import type { Company } from '../db/companies.ts';
+import type { Operator } from '../db/operators.ts';
+import { withTenant } from '../db/tenant.ts';
+import { newId } from '../platform/ids.ts';
+import type { ActorContext } from './audit-context.ts';
+import { createApiKeyInTx } from './api-keys.ts';
+import { createCompanyInTx } from './companies.ts';
+import { generatePassword } from './credentials.ts';
+import { createOperatorInTx, hashOperatorPassword } from './operators.ts';
+
+export interface ProvisionedTenant {
+  company: Company;
+  owner: Operator;
+  /** Generated when none was given; shown once. */
+  ownerPassword: string;
+  /** Shown once. */
+  sandboxApiKey: string;
+}
+
+/**
+ * A new tenant ready to use, in one transaction: the company, its owner operator and a sandbox API
+ * key (sandbox balances are added by the ledger). Either all of it exists afterwards or none of it.
+ */
+export async function provisionTenant(
+  sql: Sql,
+  input: { name: string; ownerEmail: string; ownerPassword?: string; isMasterCompany?: boolean },
+  context: ActorContext,
+): Promise<ProvisionedTenant> {
+  const ownerPassword = input.ownerPassword ?? generatePassword();
+  const passwordHash = await hashOperatorPassword(ownerPassword);
+  const companyId = newId('co');
+  return withTenant(sql, companyId, async (tx) => {
+    const company = await createCompanyInTx(
+      tx,
+      companyId,
+      { name: input.name, isMasterCompany: input.isMasterCompany ?? false },
+      context,
+    );
+    const owner = await createOperatorInTx(
+      tx,
+      { companyId, email: input.ownerEmail, password: ownerPassword, role: 'owner' },
+      passwordHash,
+      context,
+    );
+    const { secret } = await createApiKeyInTx(
+      tx,
+      { companyId, environment: 'sandbox', name: 'Default sandbox key', createdBy: owner.id },
+      context,
+    );
+    return { company, owner, ownerPassword, sandboxApiKey: secret };
+  });
+}

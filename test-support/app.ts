@@ -1,0 +1,114 @@
+import type { Server } from 'node:http';
+import { pino } from 'pino';
+import { createApp, type App } from '../api/app.ts';
+import { createIdempotency } from '../api/middleware/idempotency.ts';
+import { closeServer, listen } from '../api/server.ts';
+import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { DEFAULT_LOGIN_POLICY, type LoginPolicy } from '../services/auth.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+
+export interface TestApp {
+  url: string;
+  app: App;
+  database: TestDatabase;
+  /** Owner connection: sees every company (for seeding and checking). */
+  ownerSql: Sql;
+  /** The app's own pool, as `payments_app` under row-level security. */
+  appSql: Sql;
+  close(): Promise<void>;
+}
+
+/** The real app on a real listener, over a private database, with the app pool under RLS. */
+export async function startTestApp(options: { loginPolicy?: Partial<LoginPolicy> } = {}): Promise<TestApp> {
+  const database = await createTestDatabase();
+  const appSql = createSql({
+    url: database.url,
+    poolMax: 10,
+    connectTimeoutS: 10,
+    idleTimeoutS: 5,
+    statementTimeoutMs: 10_000,
+    applicationName: 'payments-test-api',
+    role: APP_ROLE,
+  });
+  const app = createApp({
+    logger: pino({ level: 'silent' }),
+    sql: appSql,
+    readiness: { postgres: async () => true },
+    limits: { bodyLimitBytes: 256 * 1024 },
+    loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },
+    idempotency: createIdempotency({ sql: appSql, options: { ttlMs: 24 * 60 * 60 * 1000, leaseMs: 60_000 } }),
+  });
+  const { server, url }: { server: Server; url: string } = await listen(app.koa, {
+    host: '127.0.0.1',
+    port: 0,
+    requestTimeoutMs: 10_000,
+    headersTimeoutMs: 10_000,
+    keepAliveTimeoutMs: 1_000,
+  });
+  return {
+    url,
+    app,
+    database,
+    ownerSql: database.sql,
+    appSql,
+    async close() {
+      await closeServer(server);
+      await appSql.end({ timeout: 5 });
+      await database.drop();
+    },
+  };
+}
+
+let tenantCounter = 0;
+
+export interface TestTenant extends ProvisionedTenant {
+  /** Signs in as this tenant's owner (or another operator) and returns the bearer token. */
+  token: string;
+}
+
+export async function provisionTestTenant(testApp: TestApp, options: { isMasterCompany?: boolean } = {}): Promise<TestTenant> {
+  tenantCounter += 1;
+  const tenant = await provisionTenant(
+    testApp.ownerSql,
+    {
+      name: `Tenant ${tenantCounter}`,
+      ownerEmail: `owner${tenantCounter}-${process.pid}@tenant.example`,
+      isMasterCompany: options.isMasterCompany ?? false,
+    },
+    SYSTEM_ACTOR,
+  );
+  const token = await signIn(testApp, tenant.owner.email, tenant.ownerPassword);
+  return { ...tenant, token };
+}
+
+export async function signIn(testApp: TestApp, email: string, password: string): Promise<string> {
+  const response = await fetch(`${testApp.url}/admin/auth/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ email, password }),
+  });
+  if (response.status !== 200) throw new Error(`sign-in failed: ${response.status} ${await response.text()}`);
+  return ((await response.json()) as { token: string }).token;
+}
+
+/** fetch with a bearer token and JSON. */
+export async function call(
+  testApp: TestApp,
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown; headers?: Record<string, string> } = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
+  const response = await fetch(`${testApp.url}${path}`, {
+    method,
+    headers: {
+      ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+      ...(options.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...options.headers,
+    },
+    ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined, headers: response.headers };
+}
