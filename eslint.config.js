@@ -57,6 +57,7 @@ export default tseslint.config(
   },
   {
     files: ['workflows/shared/**/*.ts'],
+    ignores: ['workflows/**/*.test.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
@@ -79,6 +80,7 @@ export default tseslint.config(
       '@typescript-eslint/no-unsafe-argument': 'off',
       '@typescript-eslint/no-unsafe-call': 'off',
       '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
     },
   },
   {

@@ -8,6 +8,7 @@ import { createApiKeyInTx } from './api-keys.ts';
 import { createCompanyInTx } from './companies.ts';
 import { generatePassword } from './credentials.ts';
 import { createOperatorInTx, hashOperatorPassword } from './operators.ts';
+import { provisionSandboxLedger, type SandboxLedger } from './sandbox.ts';
 
 export interface ProvisionedTenant {
   company: Company;
@@ -16,11 +17,13 @@ export interface ProvisionedTenant {
   ownerPassword: string;
   /** Shown once. */
   sandboxApiKey: string;
+  /** The preloaded sandbox wallets and account. */
+  sandbox: SandboxLedger;
 }
 
 /**
- * A new tenant ready to use, in one transaction: the company, its owner operator and a sandbox API
- * key (sandbox balances are added by the ledger). Either all of it exists afterwards or none of it.
+ * A new tenant ready to use, in one transaction: the company, its owner operator, a sandbox API key
+ * and preloaded sandbox balances. Either all of it exists afterwards or none of it.
  */
 export async function provisionTenant(
   sql: Sql,
@@ -48,6 +51,7 @@ export async function provisionTenant(
       { companyId, environment: 'sandbox', name: 'Default sandbox key', createdBy: owner.id },
       context,
     );
-    return { company, owner, ownerPassword, sandboxApiKey: secret };
+    const sandbox = await provisionSandboxLedger(tx, companyId);
+    return { company, owner, ownerPassword, sandboxApiKey: secret, sandbox };
   });
 }
