@@ -6,6 +6,7 @@ import { pino } from 'pino';
 import type Koa from 'koa';
 import postgres from 'postgres';
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
+import { createTransferSigner } from '../services/signing.ts';
 import { createApp, createHttpApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 import { defineRoute } from './route.ts';
@@ -172,11 +173,13 @@ describe('HTTP foundation', () => {
 describe('operations and docs routes', () => {
   it('reports liveness, readiness per dependency, and serves the docs', async () => {
     let temporalUp = true;
+    const unusedPool = postgres('postgres://unused@127.0.0.1:1/unused', { max: 1 });
     const app = createApp({
       logger,
       limits,
       // Health and docs routes never query: a pool that is never used never connects.
-      sql: postgres('postgres://unused@127.0.0.1:1/unused', { max: 1 }),
+      sql: unusedPool,
+      signer: createTransferSigner({ sql: unusedPool }),
       loginPolicy: DEFAULT_LOGIN_POLICY,
       idempotency: { run: (_ctx, _scope, _options, execute) => execute() },
       readiness: {

@@ -18,6 +18,9 @@ import { postApiKey } from './api-keys/create-api-key.ts';
 import { getApiKeys } from './api-keys/list-api-keys.ts';
 import { deleteApiKey } from './api-keys/revoke-api-key.ts';
 import { getCompanyConfig } from './company/get-company-config.ts';
+import { getAccount, getAccounts } from './v1/accounts.ts';
+import { getTransfer, getTransfers, postTransfer } from './v1/transfers.ts';
+import { getJwks } from './well-known/get-jwks.ts';
 
 export interface App {
   koa: Koa;
@@ -36,6 +39,12 @@ export function buildRoutes(deps: AppDeps): RouteDefinition[] {
     postApiKey(deps),
     getApiKeys(deps),
     deleteApiKey(deps),
+    getJwks(deps),
+    getAccounts(deps),
+    getAccount(deps),
+    postTransfer(deps),
+    getTransfers(deps),
+    getTransfer(deps),
   ];
   routes.push(...docsRoutes(() => routes));
   return routes;

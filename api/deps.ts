@@ -2,6 +2,7 @@ import type { Sql } from '../db/client.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { LoginPolicy } from '../services/auth.ts';
 import type { IdempotencyRunner } from './route.ts';
+import type { TransferSigner } from './v1/resources.ts';
 
 /** Everything the HTTP app needs, injected: createApp reads no environment and opens no socket. */
 export interface AppDeps {
@@ -15,6 +16,8 @@ export interface AppDeps {
   };
   loginPolicy: LoginPolicy;
   idempotency: IdempotencyRunner;
+  /** Signs every transfer object the API returns; also serves the public keys. */
+  signer: TransferSigner & { jwks(): Promise<{ keys: unknown[] }> };
 }
 
 declare module 'koa' {

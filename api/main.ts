@@ -6,6 +6,7 @@ import { connectTemporalClient, pingTemporal } from '../platform/temporal.ts';
 import { APP_ROLE, createSql, databaseOptionsFromConfig, pingDatabase } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createIdempotency } from './middleware/idempotency.ts';
+import { createTransferSigner } from '../services/signing.ts';
 import { createApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 
@@ -34,6 +35,7 @@ const app = createApp({
     lockAfterFailures: config.LOGIN_LOCK_AFTER_FAILURES,
     lockMs: config.LOGIN_LOCK_MINUTES * 60_000,
   },
+  signer: createTransferSigner({ sql }),
   idempotency: createIdempotency({
     sql,
     options: { ttlMs: config.IDEMPOTENCY_TTL_HOURS * 3_600_000, leaseMs: config.IDEMPOTENCY_LEASE_MS },

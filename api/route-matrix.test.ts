@@ -7,6 +7,7 @@ import { OPERATOR_ROLES, type OperatorRole } from '../db/operators.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { createApiKey } from '../services/api-keys.ts';
 import { createOperator } from '../services/operators.ts';
+import { createLedgerTransfer } from '../services/transfers.ts';
 import { call, provisionTestTenant, signIn, startTestApp, type TestApp, type TestTenant } from '../test-support/app.ts';
 import { allows } from './auth/permissions.ts';
 import type { RouteDefinition } from './route.ts';
@@ -21,11 +22,32 @@ const FIXTURES: Record<string, (testApp: TestApp, tenant: TestTenant) => Promise
         SYSTEM_ACTOR,
       )
     ).apiKey.id,
+  ledger_account: async (_testApp, tenant) => tenant.sandbox.usdWalletId,
+  transfer: async (testApp, tenant) =>
+    (
+      await createLedgerTransfer(
+        testApp.ownerSql,
+        { companyId: tenant.company.id, environment: 'sandbox' },
+        { amount: 1n, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+        `matrix-${Math.random()}`,
+      )
+    ).id,
 };
 
 const MISSING_IDS: Record<string, string> = {
   api_key: 'key_00000000000000000000000000000000',
+  ledger_account: 'wal_00000000000000000000000000000000',
+  transfer: 'tr_00000000000000000000000000000000',
 };
+
+/** Bodies that must name the caller's own objects to be valid; other routes use their example. */
+const BODIES: Record<string, (tenant: TestTenant) => unknown> = {
+  createTransfer: (tenant) => ({ amount: 1, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId }),
+};
+
+let idempotencyCounter = 0;
+const idempotencyHeaders = (method: string): Record<string, string> =>
+  method === 'GET' ? {} : { 'idempotency-key': `matrix-${process.pid}-${++idempotencyCounter}` };
 
 function pathFor(route: RouteDefinition, id?: string): string {
   return route.path.replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
@@ -111,6 +133,33 @@ describe('route × role × tenancy matrix', { timeout: 300_000 }, () => {
           }
         }
       }
+    }
+  });
+
+  it('lets an API key reach /v1 routes only for its own company and environment', async () => {
+    const keyRoutes = testApp.app.routes.filter((route) => route.auth.kind === 'api_key');
+    assert.ok(keyRoutes.length > 0);
+    for (const route of keyRoutes) {
+      const label = `api key → ${route.method} ${route.path}`;
+      const request = (id?: string) =>
+        call(testApp, route.method, pathFor(route, id), {
+          token: own.sandboxApiKey,
+          headers: idempotencyHeaders(route.method),
+          ...(route.body ? { body: BODIES[route.operationId]?.(own) ?? route.example } : {}),
+        });
+      if (!route.resource) {
+        const response = await request();
+        assert.ok(reached(response.status), `${label}: got ${response.status} ${JSON.stringify(response.body)}`);
+        continue;
+      }
+      const fixture = FIXTURES[route.resource.type]!;
+      const ownResponse = await request(await fixture(testApp, own));
+      const foreignResponse = await request(await fixture(testApp, foreign));
+      const missingResponse = await request(MISSING_IDS[route.resource.type]);
+      assert.ok(reached(ownResponse.status), `${label} (own): got ${ownResponse.status}`);
+      assert.equal(foreignResponse.status, 404, `${label} (foreign)`);
+      assert.equal(missingResponse.status, 404, `${label} (missing)`);
+      assert.deepEqual({ ...foreignResponse.body, request_id: null }, { ...missingResponse.body, request_id: null }, label);
     }
   });
 

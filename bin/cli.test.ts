@@ -116,6 +116,14 @@ async function count(database: TestDatabase, table: 'companies' | 'operators' | 
   });
 }
 
+/** DESIGN 13's Shape B pair: a wallet and an account in one currency (achAccount comes with Shape A). */
+function assertSandboxPair(sandbox: unknown): void {
+  const pair = sandbox as { walletId: string; accountId: string; currency: string };
+  assert.match(pair.walletId, /^wal_[0-9a-f]{32}$/);
+  assert.match(pair.accountId, /^acct_[0-9a-f]{32}$/);
+  assert.equal(pair.currency, 'USD');
+}
+
 describe('cli against DATABASE_URL', { timeout: 300_000 }, () => {
   let database: TestDatabase;
   let dataDir: string;
@@ -143,7 +151,8 @@ describe('cli against DATABASE_URL', { timeout: 300_000 }, () => {
     assert.equal(first.apiBaseUrl, 'http://127.0.0.1:4321');
     assert.equal(first.temporalUiUrl, 'http://127.0.0.1:9876');
     assert.deepEqual(Object.keys(first.master).sort(), ['companyId', 'email', 'password']);
-    assert.deepEqual(Object.keys(first.tenant).sort(), ['companyId', 'email', 'password', 'sandboxApiKey']);
+    assert.deepEqual(Object.keys(first.tenant).sort(), ['companyId', 'email', 'password', 'sandbox', 'sandboxApiKey']);
+    assertSandboxPair(first.tenant.sandbox);
     assert.match(first.master.companyId, COMPANY_ID);
     assert.match(first.tenant.companyId, COMPANY_ID);
     assert.notEqual(first.master.companyId, first.tenant.companyId);
@@ -209,7 +218,8 @@ describe('cli against DATABASE_URL', { timeout: 300_000 }, () => {
     );
     assertSucceeded(run);
     const tenant = run.json() as PrintedCredentials;
-    assert.deepEqual(Object.keys(tenant).sort(), ['companyId', 'email', 'password', 'sandboxApiKey']);
+    assert.deepEqual(Object.keys(tenant).sort(), ['companyId', 'email', 'password', 'sandbox', 'sandboxApiKey']);
+    assertSandboxPair((tenant as { sandbox?: unknown }).sandbox);
     assert.match(tenant.companyId, COMPANY_ID);
     assert.equal(tenant.email, 'founder@acme-test.example');
     assert.ok(tenant.password.length >= 12);

@@ -4,6 +4,7 @@
 //                        $DATA_DIR/bootstrap.json (passwords and API keys are stored only as hashes)
 //   company create       a new tenant: company, owner operator, sandbox API key
 //   company verify       marks a company verified, so it may create live API keys
+//   keys rotate          retires the active transfer-signing key and activates a new one
 //
 // Results go to stdout (JSON with --json), messages to stderr. Exit codes: 0 done, 1 failed, 2 usage.
 import { randomBytes } from 'node:crypto';
@@ -22,7 +23,9 @@ import { createApiKey } from '../services/api-keys.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { verifyCompany } from '../services/companies.ts';
 import { generatePassword, PASSWORD_MIN_LENGTH, verifyPassword } from '../services/credentials.ts';
+import { createTransferSigner, SIGNING_CACHE_TTL_MS_DEFAULT } from '../services/signing.ts';
 import { provisionTenant } from '../services/tenants.ts';
+import { findSandboxPair } from '../services/sandbox.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
 import { DatabaseUnavailableError, embeddedPostgresLoaded, openCliDatabase, type CliDatabase } from './cli-database.ts';
 
@@ -34,6 +37,8 @@ Commands:
   company create --name NAME [--email EMAIL]
                                             add a tenant: company, owner operator, sandbox API key
   company verify --id COMPANY_ID            mark a company verified (allows live API keys)
+  keys rotate                               retire the active transfer-signing key and activate a
+                                            new one (old signatures keep verifying)
 
 Options:
   --json      print the result (or the error) as JSON on stdout
@@ -157,7 +162,14 @@ interface BootstrapResult {
   apiBaseUrl: string;
   temporalUiUrl: string | null;
   master: { companyId: string; email: string; password: string };
-  tenant: { companyId: string; email: string; password: string; sandboxApiKey: string };
+  tenant: {
+    companyId: string;
+    email: string;
+    password: string;
+    sandboxApiKey: string;
+    // achAccount joins this object with the external rails (Shape A).
+    sandbox?: { walletId: string; accountId: string; currency: 'USD' };
+  };
 }
 
 async function readBootstrapFile(path: string): Promise<TBootstrapFile | undefined> {
@@ -321,6 +333,12 @@ async function ensureTenant(sql: Sql, path: string, state: TBootstrapFile, outpu
   return recorded;
 }
 
+/** The tenant's preloaded sandbox pair, as DESIGN 13 prints it. */
+async function sandboxOf(sql: Sql, companyId: string) {
+  const pair = await findSandboxPair(sql, companyId);
+  return pair ? { sandbox: pair } : {};
+}
+
 async function bootstrap(sql: Sql, config: TConfig, output: Output): Promise<void> {
   const path = join(config.dataDir, BOOTSTRAP_FILE);
   const lock = await sql.reserve();
@@ -342,6 +360,7 @@ async function bootstrap(sql: Sql, config: TConfig, output: Output): Promise<voi
       email: state.tenant.email,
       password: state.tenant.password,
       sandboxApiKey: state.tenant.sandboxApiKey!,
+      ...(await sandboxOf(sql, state.tenant.companyId!)),
     },
   };
   printResult(
@@ -409,6 +428,7 @@ async function companyCreate(sql: Sql, input: z.infer<typeof ZCompanyCreateInput
         email: created.owner.email,
         password: created.ownerPassword,
         sandboxApiKey: created.sandboxApiKey,
+        ...(await sandboxOf(sql, created.company.id)),
       };
       printResult(
         output,
@@ -461,13 +481,34 @@ async function companyVerify(sql: Sql, input: z.infer<typeof ZCompanyVerifyInput
 }
 
 // ---------------------------------------------------------------------------------------------
+// keys rotate
+
+async function keysRotate(sql: Sql, output: Output): Promise<void> {
+  const result = await createTransferSigner({ sql }).rotate();
+  printResult(
+    output,
+    result,
+    [
+      'Transfer-signing key rotated',
+      table([
+        ['active key', result.kid],
+        ['retired key', result.retired],
+      ]),
+      `Running processes sign with the new key within ${SIGNING_CACHE_TTL_MS_DEFAULT / 1000} s; ` +
+        'the retired key stays in the JWKS, so earlier signatures keep verifying.',
+    ].join('\n'),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Command line
 
 type Command =
   | { kind: 'help' }
   | { kind: 'bootstrap' }
   | { kind: 'company-create'; input: z.infer<typeof ZCompanyCreateInput> }
-  | { kind: 'company-verify'; input: z.infer<typeof ZCompanyVerifyInput> };
+  | { kind: 'company-verify'; input: z.infer<typeof ZCompanyVerifyInput> }
+  | { kind: 'keys-rotate' };
 
 const OPTIONS = {
   json: { type: 'boolean' },
@@ -488,8 +529,9 @@ function parseCommand(values: Values, positionals: string[]): Command {
   if (values.help || positionals[0] === 'help') return { kind: 'help' };
   const [first, second, ...rest] = positionals;
   if (first === undefined) throw new CliError('UNKNOWN_COMMAND', 'no command given', EXIT_USAGE);
-  const words = first === 'company' ? `company ${second ?? ''}`.trim() : first;
-  const extra = first === 'company' ? rest : [second, ...rest].filter((word) => word !== undefined);
+  const grouped = first === 'company' || first === 'keys';
+  const words = grouped ? `${first} ${second ?? ''}`.trim() : first;
+  const extra = grouped ? rest : [second, ...rest].filter((word) => word !== undefined);
   switch (words) {
     case 'bootstrap':
       onlyOptions(words, values, []);
@@ -500,11 +542,15 @@ function parseCommand(values: Values, positionals: string[]): Command {
     case 'company verify':
       onlyOptions(words, values, ['id']);
       break;
+    case 'keys rotate':
+      onlyOptions(words, values, []);
+      break;
     default:
       throw new CliError('UNKNOWN_COMMAND', `unknown command "${positionals.join(' ')}"`, EXIT_USAGE);
   }
   if (extra.length > 0) throw usageError(`unexpected argument "${extra.join(' ')}"`);
   if (words === 'bootstrap') return { kind: 'bootstrap' };
+  if (words === 'keys rotate') return { kind: 'keys-rotate' };
   if (words === 'company create') {
     if (values.name === undefined) throw usageError('company create needs --name NAME');
     return {
@@ -532,6 +578,7 @@ async function run(command: Exclude<Command, { kind: 'help' }>, json: boolean): 
     database = await openCliDatabase(config, output.note);
     if (command.kind === 'bootstrap') await bootstrap(database.sql, config, output);
     else if (command.kind === 'company-create') await companyCreate(database.sql, command.input, output);
+    else if (command.kind === 'keys-rotate') await keysRotate(database.sql, output);
     else await companyVerify(database.sql, command.input, output);
   } finally {
     await database?.close();

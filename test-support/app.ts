@@ -7,6 +7,7 @@ import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY, type LoginPolicy } from '../services/auth.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
+import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 
 export interface TestApp {
@@ -17,6 +18,7 @@ export interface TestApp {
   ownerSql: Sql;
   /** The app's own pool, as `payments_app` under row-level security. */
   appSql: Sql;
+  signer: TransferSigner;
   close(): Promise<void>;
 }
 
@@ -32,9 +34,12 @@ export async function startTestApp(options: { loginPolicy?: Partial<LoginPolicy>
     applicationName: 'payments-test-api',
     role: APP_ROLE,
   });
+  const signer = createTransferSigner({ sql: appSql });
   const app = createApp({
-    logger: pino({ level: 'silent' }),
+    // LOG_LEVEL=error npm test -- file shows the app's errors (npm test sets it to silent by default).
+    logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
     sql: appSql,
+    signer,
     readiness: { postgres: async () => true },
     limits: { bodyLimitBytes: 256 * 1024 },
     loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },
@@ -53,6 +58,7 @@ export async function startTestApp(options: { loginPolicy?: Partial<LoginPolicy>
     database,
     ownerSql: database.sql,
     appSql,
+    signer,
     async close() {
       await closeServer(server);
       await appSql.end({ timeout: 5 });

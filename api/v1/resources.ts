@@ -1,0 +1,45 @@
+import { balancesOf, type LedgerAccount, type LedgerTransfer, type StatusChange } from '../../db/ledger.ts';
+import { formatMinor } from '../../workflows/shared/money.ts';
+
+/** DESIGN 14: `{ id, type, currency, balances: { available, pending, posted } }`, decimal strings. */
+export function accountResource(account: LedgerAccount) {
+  const balances = balancesOf(account);
+  return {
+    id: account.id,
+    type: account.type,
+    currency: account.currency,
+    name: account.name,
+    balances: {
+      available: formatMinor(balances.available, account.currency),
+      pending: formatMinor(balances.pending, account.currency),
+      posted: formatMinor(balances.posted, account.currency),
+    },
+    created_at: account.createdAt.toISOString(),
+  };
+}
+
+/** Response B of SPEC 4.2 (integer minor units), plus the accounts it moved money between. */
+export function ledgerTransferResource(transfer: LedgerTransfer, history?: StatusChange[]) {
+  return {
+    id: transfer.id,
+    status: transfer.status,
+    amount: Number(transfer.amount), // ≤ 10^15 minor units: exact as a JSON number
+    currency: transfer.currency,
+    rail: transfer.rail,
+    source: transfer.sourceAccountId,
+    destination: transfer.destinationAccountId,
+    created_at: transfer.createdAt.toISOString(),
+    ...(history
+      ? { status_history: history.map((change) => ({ status: change.status, at: change.occurredAt.toISOString(), reason: change.reason })) }
+      : {}),
+  };
+}
+
+export interface TransferSigner {
+  sign(object: Record<string, unknown>): Promise<string>;
+}
+
+/** Every transfer object leaves signed (DESIGN 7): a detached JWS over the object without `signature`. */
+export async function signed<T extends Record<string, unknown>>(signer: TransferSigner, object: T): Promise<T & { signature: string }> {
+  return { ...object, signature: await signer.sign(object) };
+}

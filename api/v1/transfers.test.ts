@@ -1,0 +1,187 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { call, provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
+
+describe('/v1 accounts and ledger transfers (Shape B)', () => {
+  let testApp: TestApp;
+  let tenant: TestTenant;
+  let other: TestTenant;
+  let keyCounter = 0;
+  const key = () => `test-key-${process.pid}-${++keyCounter}`;
+
+  before(async () => {
+    testApp = await startTestApp();
+    tenant = await provisionTestTenant(testApp);
+    other = await provisionTestTenant(testApp);
+  });
+  after(async () => testApp.close());
+
+  const v1 = (method: string, path: string, options: { body?: unknown; idempotencyKey?: string; apiKey?: string } = {}) =>
+    call(testApp, method, path, {
+      token: options.apiKey ?? tenant.sandboxApiKey,
+      ...(options.body !== undefined ? { body: options.body } : {}),
+      ...(options.idempotencyKey ? { headers: { 'idempotency-key': options.idempotencyKey } } : {}),
+    });
+  const balances = async (id: string, apiKey?: string) => (await v1('GET', `/v1/accounts/${id}`, apiKey ? { apiKey } : {})).body.balances;
+
+  it('lists the preloaded sandbox wallets and account with decimal-string balances', async () => {
+    const response = await v1('GET', '/v1/accounts');
+    assert.equal(response.status, 200);
+    const byId = new Map(response.body.data.map((account: { id: string }) => [account.id, account]));
+    assert.equal(byId.size, 3);
+    assert.deepEqual((byId.get(tenant.sandbox.usdcWalletId) as any).balances, { available: '10000.000000', pending: '0.000000', posted: '10000.000000' });
+    assert.deepEqual((byId.get(tenant.sandbox.usdWalletId) as any).balances, { available: '10000.00', pending: '0.00', posted: '10000.00' });
+    assert.equal((byId.get(tenant.sandbox.usdAccountId) as any).type, 'account');
+    assert.equal((byId.get(tenant.sandbox.usdAccountId) as any).balances.posted, '0.00');
+    assert.equal((await v1('GET', '/v1/accounts', { apiKey: 'sk_sandbox_bad' })).status, 401);
+  });
+
+  it('settles a transfer in the request, signs it, and replays it for the same key without moving money twice', async () => {
+    const idempotencyKey = key();
+    const body = { amount: 1050, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const first = await fetch(`${testApp.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${tenant.sandboxApiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      body: JSON.stringify(body),
+    });
+    assert.equal(first.status, 201);
+    const firstText = await first.text();
+    const transfer = JSON.parse(firstText);
+    assert.match(transfer.id, /^tr_[0-9a-f]{32}$/);
+    assert.equal(transfer.status, 'settled');
+    assert.equal(transfer.amount, 1050);
+    assert.equal(transfer.currency, 'USD');
+    assert.equal(transfer.rail, 'ledger');
+    assert.match(transfer.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    assert.match(transfer.signature, /^[A-Za-z0-9_-]+\.\.[A-Za-z0-9_-]+$/);
+    const { signature, ...unsigned } = transfer;
+    assert.equal(await testApp.signer.verify(unsigned, signature), true);
+    assert.equal(await testApp.signer.verify({ ...unsigned, amount: 1051 }, signature), false);
+    assert.deepEqual(await balances(tenant.sandbox.usdWalletId), { available: '9989.50', pending: '0.00', posted: '9989.50' });
+    assert.deepEqual(await balances(tenant.sandbox.usdAccountId), { available: '10.50', pending: '0.00', posted: '10.50' });
+
+    const replay = await fetch(`${testApp.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${tenant.sandboxApiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      body: JSON.stringify(body),
+    });
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await replay.text(), firstText, 'the replay is the first response, byte for byte');
+    assert.equal((await balances(tenant.sandbox.usdAccountId)).posted, '10.50', 'no second settlement');
+
+    const mismatch = await v1('POST', '/v1/transfers', { idempotencyKey, body: { ...body, amount: 1051 } });
+    assert.equal(mismatch.status, 422);
+    assert.equal(mismatch.body.code, 'IDEMPOTENCY_KEY_REUSED');
+
+    const fetched = await v1('GET', `/v1/transfers/${transfer.id}`);
+    assert.equal(fetched.status, 200);
+    assert.deepEqual(fetched.body.status_history.map((change: { status: string }) => change.status), ['settled']);
+    const { signature: fetchedSignature, ...fetchedUnsigned } = fetched.body;
+    assert.equal(await testApp.signer.verify(fetchedUnsigned, fetchedSignature), true);
+  });
+
+  it('requires an Idempotency-Key on every /v1 write', async () => {
+    const response = await v1('POST', '/v1/transfers', {
+      body: { amount: 1, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+    });
+    assert.equal(response.status, 400);
+    assert.equal(response.body.code, 'IDEMPOTENCY_KEY_REQUIRED');
+  });
+
+  it('answers business-rule failures with stable 4xx codes and moves nothing', async () => {
+    const before = await balances(tenant.sandbox.usdWalletId);
+    const attempt = async (body: Record<string, unknown>) => v1('POST', '/v1/transfers', { idempotencyKey: key(), body });
+    const base = { amount: 100, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+
+    const insufficient = await attempt({ ...base, amount: 100_000_000_00 });
+    assert.equal(insufficient.status, 422);
+    assert.equal(insufficient.body.code, 'INSUFFICIENT_FUNDS');
+
+    const mismatch = await attempt({ ...base, source: tenant.sandbox.usdcWalletId });
+    assert.equal(mismatch.status, 422);
+    assert.equal(mismatch.body.code, 'CURRENCY_MISMATCH');
+
+    const same = await attempt({ ...base, destination: tenant.sandbox.usdWalletId });
+    assert.equal(same.status, 422);
+    assert.equal(same.body.code, 'SAME_ACCOUNT');
+
+    const missing = await attempt({ ...base, destination: 'acct_00000000000000000000000000000000' });
+    const foreign = await attempt({ ...base, destination: other.sandbox.usdAccountId });
+    assert.equal(missing.status, 404);
+    assert.equal(missing.body.code, 'ACCOUNT_NOT_FOUND');
+    assert.deepEqual({ ...foreign.body, request_id: null, detail: null }, { ...missing.body, request_id: null, detail: null });
+
+    const unsupported = await attempt({ ...base, currency: 'XYZ' });
+    assert.equal(unsupported.status, 400);
+    assert.equal(unsupported.body.code, 'UNSUPPORTED_CURRENCY');
+
+    assert.deepEqual(await balances(tenant.sandbox.usdWalletId), before);
+    assert.deepEqual(await balances(other.sandbox.usdAccountId, other.sandboxApiKey), { available: '0.00', pending: '0.00', posted: '0.00' });
+  });
+
+  it('rejects amounts of the wrong type, sign, scale or size and bodies of another shape with 400', async () => {
+    const base = { amount: 100, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const cases: [string, Record<string, unknown>, string][] = [
+      ['string amount', { ...base, amount: '10.50' }, 'body.amount'],
+      ['fractional amount', { ...base, amount: 10.5 }, 'body.amount'],
+      ['negative amount', { ...base, amount: -5 }, 'body.amount'],
+      ['zero amount', { ...base, amount: 0 }, 'body.amount'],
+      ['huge amount', { ...base, amount: 1e16 }, 'body.amount'],
+      ['unknown field', { ...base, memo: 'x' }, 'body'],
+      ['lower-case currency', { ...base, currency: 'usd' }, 'body.currency'],
+      [
+        'Shape A mixed in',
+        { ...base, source: { currency: 'USDC', rail: 'stablecoin', amount: '1.00' } },
+        'body.source',
+      ],
+    ];
+    for (const [label, body, path] of cases) {
+      const response = await v1('POST', '/v1/transfers', { idempotencyKey: key(), body });
+      assert.equal(response.status, 400, label);
+      assert.equal(response.body.code, 'VALIDATION_FAILED', label);
+      assert.ok(response.body.errors.some((error: { path: string }) => error.path === path), `${label}: ${JSON.stringify(response.body.errors)}`);
+    }
+  });
+
+  it('conserves money under concurrent transfers: exactly as many succeed as the balance allows', async () => {
+    const fresh = await provisionTestTenant(testApp);
+    const requests = Array.from({ length: 20 }, () =>
+      v1('POST', '/v1/transfers', {
+        apiKey: fresh.sandboxApiKey,
+        idempotencyKey: key(),
+        body: { amount: 600_00, currency: 'USD', source: fresh.sandbox.usdWalletId, destination: fresh.sandbox.usdAccountId },
+      }),
+    );
+    const results = await Promise.all(requests);
+    const created = results.filter((response) => response.status === 201).length;
+    const refused = results.filter((response) => response.body?.code === 'INSUFFICIENT_FUNDS').length;
+    assert.equal(created, 16, JSON.stringify(results.map((response) => response.status)));
+    assert.equal(refused, 4);
+    assert.deepEqual(await balances(fresh.sandbox.usdWalletId, fresh.sandboxApiKey), { available: '400.00', pending: '0.00', posted: '400.00' });
+    assert.equal((await balances(fresh.sandbox.usdAccountId, fresh.sandboxApiKey)).posted, '9600.00');
+  });
+
+  it('lists transfers newest first with filters and a cursor', async () => {
+    const fresh = await provisionTestTenant(testApp);
+    for (let index = 1; index <= 3; index++) {
+      await v1('POST', '/v1/transfers', {
+        apiKey: fresh.sandboxApiKey,
+        idempotencyKey: key(),
+        body: { amount: index, currency: 'USD', source: fresh.sandbox.usdWalletId, destination: fresh.sandbox.usdAccountId },
+      });
+    }
+    const list = await v1('GET', '/v1/transfers?limit=2&status=settled&rail=ledger', { apiKey: fresh.sandboxApiKey });
+    assert.equal(list.status, 200);
+    assert.equal(list.body.data.length, 2);
+    assert.equal(list.body.has_more, true);
+    for (const transfer of list.body.data) assert.match(transfer.signature, /\.\./);
+    const next = await v1('GET', `/v1/transfers?limit=2&status=settled&cursor=${list.body.next_cursor}`, { apiKey: fresh.sandboxApiKey });
+    // 3 created + 2 sandbox preloads (USDC wallet and USD wallet funding)
+    assert.equal(list.body.data.length + next.body.data.length + (next.body.has_more ? 1 : 0) >= 4, true);
+    const future = await v1('GET', `/v1/transfers?created[gte]=${new Date(Date.now() + 60_000).toISOString()}`, { apiKey: fresh.sandboxApiKey });
+    assert.deepEqual(future.body.data, []);
+    assert.equal((await v1('GET', '/v1/transfers?status=lost', { apiKey: fresh.sandboxApiKey })).status, 400);
+    assert.equal((await v1('GET', '/v1/transfers/tr_00000000000000000000000000000000')).status, 404);
+  });
+});

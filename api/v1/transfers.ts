@@ -1,0 +1,132 @@
+import { z } from 'zod';
+import type { Sql } from '../../db/client.ts';
+import { findTransfer, listTransfers, transferHistory } from '../../db/ledger.ts';
+import { withTenant } from '../../db/tenant.ts';
+import { createLedgerTransfer } from '../../services/transfers.ts';
+import { notFound } from '../../workflows/shared/errors.ts';
+import { AMOUNT_MAX_MINOR } from '../../workflows/shared/money.ts';
+import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
+import { decodeCursor, toPage, ZPageQuery } from '../pagination.ts';
+import { defineRoute } from '../route.ts';
+import { ledgerTransferResource, signed, type TransferSigner } from './resources.ts';
+
+const ZAccountReference = z.string().min(1).max(100);
+
+/** Shape B of SPEC 4.2, exactly its fields: integer minor units between two ledger accounts. */
+export const ZCreateTransferRequest = z.strictObject({
+  amount: z
+    .number({ error: 'amount is an integer number of minor units (e.g. 1050 for 10.50 USD)' })
+    .int('amount is an integer number of minor units')
+    .positive('amount must be positive')
+    .max(Number(AMOUNT_MAX_MINOR), `amount may not exceed ${AMOUNT_MAX_MINOR} minor units`),
+  currency: z.string().regex(/^[A-Z][A-Z0-9]{2,4}$/, 'currency is an upper-case code such as USD or USDC'),
+  source: ZAccountReference,
+  destination: ZAccountReference,
+});
+
+export interface TransferRouteDeps {
+  sql: Sql;
+  signer: TransferSigner;
+}
+
+export function postTransfer(deps: TransferRouteDeps) {
+  return defineRoute({
+    method: 'POST',
+    path: '/v1/transfers',
+    operationId: 'createTransfer',
+    summary: 'Move money between two of your ledger accounts; settles before the response. Requires Idempotency-Key.',
+    tags: ['transfers'],
+    auth: { kind: 'api_key' },
+    body: ZCreateTransferRequest,
+    example: { amount: 1050, currency: 'USD', source: 'wal_…', destination: 'acct_…' },
+    responses: {
+      201: 'The settled transfer, signed.',
+      404: 'ACCOUNT_NOT_FOUND',
+      422: 'INSUFFICIENT_FUNDS, CURRENCY_MISMATCH, SAME_ACCOUNT',
+    },
+    async handler(ctx, { body }) {
+      const { companyId, environment } = apiKeyPrincipalOf(ctx);
+      const idempotency = ctx.state.idempotency;
+      if (!idempotency) throw new Error('POST /v1/transfers runs only behind the idempotency layer');
+      let response: Record<string, unknown> | undefined;
+      await createLedgerTransfer(
+        deps.sql,
+        { companyId, environment },
+        { amount: BigInt(body.amount), currency: body.currency, source: body.source, destination: body.destination },
+        idempotency.key,
+        // The response is signed and recorded in the transfer's own transaction: one commit makes
+        // the money move and the idempotent answer durable together.
+        async (tx, transfer) => {
+          response = await signed(deps.signer, ledgerTransferResource(transfer));
+          await idempotency.recordResponse(tx, { status: 201, body: response, location: `/v1/transfers/${transfer.id}` });
+        },
+      );
+      ctx.status = 201;
+      ctx.body = response;
+    },
+  });
+}
+
+const ZTransferStatus = z.enum(['pending', 'processing', 'settled', 'failed', 'canceled', 'returned']);
+
+export const ZListTransfersQuery = ZPageQuery.extend({
+  status: ZTransferStatus.optional(),
+  rail: z.enum(['ledger']).optional(),
+  'created[gte]': z.iso.datetime().optional(),
+  'created[lt]': z.iso.datetime().optional(),
+});
+
+export function getTransfers(deps: TransferRouteDeps) {
+  return defineRoute({
+    method: 'GET',
+    path: '/v1/transfers',
+    operationId: 'listTransfers',
+    summary: 'Transfers in the key’s environment, newest first; filters: status, rail, created[gte], created[lt].',
+    tags: ['transfers'],
+    auth: { kind: 'api_key' },
+    query: ZListTransfersQuery,
+    responses: { 200: '{ data, has_more, next_cursor }' },
+    async handler(ctx, { query }) {
+      const { companyId, environment } = apiKeyPrincipalOf(ctx);
+      const after = decodeCursor(query.cursor);
+      const rows = await withTenant(deps.sql, companyId, (tx) =>
+        listTransfers(
+          tx,
+          { companyId, environment },
+          { limit: query.limit + 1, ...(after ? { after } : {}) },
+          {
+            ...(query.status ? { status: query.status } : {}),
+            ...(query.rail ? { rail: query.rail } : {}),
+            ...(query['created[gte]'] ? { createdGte: new Date(query['created[gte]']) } : {}),
+            ...(query['created[lt]'] ? { createdLt: new Date(query['created[lt]']) } : {}),
+          },
+        ),
+      );
+      const page = toPage(rows, query.limit, (transfer) => ledgerTransferResource(transfer));
+      ctx.body = { ...page, data: await Promise.all(page.data.map((transfer) => signed(deps.signer, transfer))) };
+    },
+  });
+}
+
+export function getTransfer(deps: TransferRouteDeps) {
+  return defineRoute({
+    method: 'GET',
+    path: '/v1/transfers/:id',
+    operationId: 'getTransfer',
+    summary: 'One transfer with its status history, signed.',
+    tags: ['transfers'],
+    auth: { kind: 'api_key' },
+    resource: { param: 'id', type: 'transfer' },
+    params: z.object({ id: z.string().max(100) }),
+    responses: { 200: 'The transfer.', 404: 'No such transfer in this company and environment.' },
+    async handler(ctx, { params }) {
+      const { companyId, environment } = apiKeyPrincipalOf(ctx);
+      const found = await withTenant(deps.sql, companyId, async (tx) => {
+        const transfer = await findTransfer(tx, { companyId, environment }, params.id);
+        return transfer ? { transfer, history: await transferHistory(tx, transfer.id) } : undefined;
+      });
+      if (!found) throw notFound('transfer');
+      ctx.body = await signed(deps.signer, ledgerTransferResource(found.transfer, found.history));
+    },
+  });
+}
