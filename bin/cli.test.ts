@@ -116,9 +116,10 @@ async function count(database: TestDatabase, table: 'companies' | 'operators' | 
   });
 }
 
-/** DESIGN 13's Shape B pair: a wallet and an account in one currency (achAccount comes with Shape A). */
+/** DESIGN 13's sandbox: a wallet and an account in one currency (Shape B) and an ACH bank account (Shape A). */
 function assertSandboxPair(sandbox: unknown): void {
-  const pair = sandbox as { walletId: string; accountId: string; currency: string };
+  const pair = sandbox as { walletId: string; accountId: string; currency: string; achAccount: string };
+  assert.match(pair.achAccount, /^ba_[0-9a-f]{32}$/);
   assert.match(pair.walletId, /^wal_[0-9a-f]{32}$/);
   assert.match(pair.accountId, /^acct_[0-9a-f]{32}$/);
   assert.equal(pair.currency, 'USD');

@@ -167,8 +167,7 @@ interface BootstrapResult {
     email: string;
     password: string;
     sandboxApiKey: string;
-    // achAccount joins this object with the external rails (Shape A).
-    sandbox?: { walletId: string; accountId: string; currency: 'USD' };
+    sandbox?: { walletId: string; accountId: string; currency: 'USD'; achAccount: string };
   };
 }
 

@@ -70,12 +70,15 @@ export async function openLedgerAccount(
     name: string;
     /** 0n: no overdraft (default); null: unbounded (system accounts only). */
     overdraftLimit?: bigint | null;
+    /** What a system account is for (required for type system). */
+    systemPurpose?: 'sandbox_funding' | 'rail_clearing' | 'fees' | 'fx' | 'ach_payouts';
   },
 ): Promise<LedgerAccount> {
   const [row] = await tx<LedgerAccountRow[]>`
-    insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit)
+    insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit, system_purpose)
     values (${account.id}, ${account.companyId}, ${account.environment}, ${account.type}, ${account.currency},
-            ${account.name}, ${account.overdraftLimit === undefined ? '0' : account.overdraftLimit === null ? null : account.overdraftLimit.toString()})
+            ${account.name}, ${account.overdraftLimit === undefined ? '0' : account.overdraftLimit === null ? null : account.overdraftLimit.toString()},
+            ${account.systemPurpose ?? null})
     returning ${tx.unsafe(ACCOUNT_COLUMNS)}`;
   return toAccount(row!);
 }
@@ -117,12 +120,16 @@ export interface LedgerTransfer {
   companyId: string;
   environment: Environment;
   idempotencyKey: string;
-  rail: 'ledger';
+  rail: 'ledger' | 'ach';
   status: TransferStatus;
   amount: bigint;
   currency: string;
   sourceAccountId: string;
-  destinationAccountId: string;
+  /** Ledger rail: the destination account. */
+  destinationAccountId: string | null;
+  /** External rails (Shape A): the bank account and the payout quote. */
+  payout: { externalAccountId: string; outAmount: bigint; outCurrency: string; feeAmount: bigint; fxRate: string } | null;
+  failureReason: string | null;
   version: number;
   createdAt: Date;
   updatedAt: Date;
@@ -133,12 +140,18 @@ interface TransferRow {
   company_id: string;
   environment: Environment;
   idempotency_key: string;
-  rail: 'ledger';
+  rail: 'ledger' | 'ach';
   status: TransferStatus;
   amount: bigint;
   currency: string;
   source_account_id: string;
-  destination_account_id: string;
+  destination_account_id: string | null;
+  destination_external_account_id: string | null;
+  out_amount: bigint | null;
+  out_currency: string | null;
+  fee_amount: bigint | null;
+  fx_rate: string | null;
+  failure_reason: string | null;
   version: number;
   created_at: Date;
   updated_at: Date;
@@ -156,6 +169,17 @@ function toTransfer(row: TransferRow): LedgerTransfer {
     currency: row.currency,
     sourceAccountId: row.source_account_id,
     destinationAccountId: row.destination_account_id,
+    payout:
+      row.destination_external_account_id && row.out_amount !== null && row.out_currency && row.fee_amount !== null && row.fx_rate
+        ? {
+            externalAccountId: row.destination_external_account_id,
+            outAmount: row.out_amount,
+            outCurrency: row.out_currency,
+            feeAmount: row.fee_amount,
+            fxRate: row.fx_rate,
+          }
+        : null,
+    failureReason: row.failure_reason,
     version: row.version,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
@@ -163,7 +187,8 @@ function toTransfer(row: TransferRow): LedgerTransfer {
 }
 
 const TRANSFER_COLUMNS =
-  'id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id, version, created_at, updated_at';
+  'id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id, ' +
+  'destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, failure_reason, version, created_at, updated_at';
 
 /**
  * A ledger-rail transfer, settled at once: the transfer row, its two posted entries (balances move

@@ -62,7 +62,7 @@ export async function findOutboxEntry(sql: Sql, workflowId: string): Promise<Out
   return row ? toEntry(row) : undefined;
 }
 
-export async function markOutboxDispatched(sql: Sql, workflowId: string, at: Date): Promise<void> {
+export async function markOutboxDispatched(sql: Sql | TransactionSql, workflowId: string, at: Date): Promise<void> {
   await sql`
     update outbox set dispatched_at = greatest(created_at, ${at}), attempts = attempts + 1
     where workflow_id = ${workflowId} and dispatched_at is null`;

@@ -1,6 +1,7 @@
 import type { Sql, TransactionSql } from '../db/client.ts';
 import { withTenant } from '../db/tenant.ts';
 import { openLedgerAccount, postLedgerTransfer } from '../db/ledger.ts';
+import { insertExternalAccount } from '../db/rails.ts';
 import { newId } from '../platform/ids.ts';
 import { parseDecimalAmount } from '../workflows/shared/money.ts';
 
@@ -15,7 +16,12 @@ export interface SandboxLedger {
   usdcWalletId: string;
   usdWalletId: string;
   usdAccountId: string;
+  /** A test bank account to pay out to over ACH (Shape A's destination.account). */
+  achAccountId: string;
 }
+
+/** The sandbox bank account: a test routing number, nothing real behind it. */
+export const SANDBOX_ACH = { routingNumber: '110000000', accountLast4: '6789', label: 'Sandbox checking' } as const;
 
 /**
  * Opens the sandbox wallets and account of a new company and funds them from a platform-side
@@ -48,6 +54,7 @@ export async function provisionSandboxLedger(tx: TransactionSql, companyId: stri
           currency: preload.currency,
           name: `Sandbox funding ${preload.currency}`,
           overdraftLimit: null,
+          systemPurpose: 'sandbox_funding',
         })
       ).id;
       funding.set(preload.currency, source);
@@ -62,14 +69,16 @@ export async function provisionSandboxLedger(tx: TransactionSql, companyId: stri
       destinationAccountId: account.id,
     });
   }
-  return { usdcWalletId: ids[0]!, usdWalletId: ids[1]!, usdAccountId: ids[2]! };
+  const achAccountId = newId('ba');
+  await insertExternalAccount(tx, { id: achAccountId, ...scope, rail: 'ach', currency: 'USD', ...SANDBOX_ACH });
+  return { usdcWalletId: ids[0]!, usdWalletId: ids[1]!, usdAccountId: ids[2]!, achAccountId };
 }
 
-/** The Shape B pair the CLI reports: the company's first sandbox USD wallet and USD account. */
+/** What the CLI reports (DESIGN 13): the sandbox USD wallet and account (a Shape B pair) and the ACH bank account. */
 export async function findSandboxPair(
   sql: Sql,
   companyId: string,
-): Promise<{ walletId: string; accountId: string; currency: 'USD' } | undefined> {
+): Promise<{ walletId: string; accountId: string; currency: 'USD'; achAccount: string } | undefined> {
   const rows = await withTenant(
     sql,
     companyId,
@@ -78,7 +87,14 @@ export async function findSandboxPair(
     where company_id = ${companyId} and environment = 'sandbox' and currency = 'USD' and type in ('wallet', 'account')
     order by type, id`,
   );
+  const [bank] = await withTenant(
+    sql,
+    companyId,
+    (tx) => tx<{ id: string }[]>`
+    select id from external_accounts
+    where company_id = ${companyId} and environment = 'sandbox' and rail = 'ach' order by id limit 1`,
+  );
   const walletId = rows.find((row) => row.type === 'wallet')?.id;
   const accountId = rows.find((row) => row.type === 'account')?.id;
-  return walletId && accountId ? { walletId, accountId, currency: 'USD' } : undefined;
+  return walletId && accountId && bank ? { walletId, accountId, currency: 'USD', achAccount: bank.id } : undefined;
 }

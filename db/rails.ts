@@ -1,0 +1,319 @@
+import type { TransactionSql } from './client.ts';
+import type { Environment, LedgerTransfer, TransferStatus } from './ledger.ts';
+
+export type SystemPurpose = 'sandbox_funding' | 'rail_clearing' | 'fees' | 'fx' | 'ach_payouts';
+
+interface Scope {
+  companyId: string;
+  environment: Environment;
+}
+
+/** The company's platform-side account for a purpose and currency, opened on first use. */
+export async function systemAccount(
+  tx: TransactionSql,
+  scope: Scope,
+  currency: string,
+  purpose: SystemPurpose,
+  newId: () => string,
+): Promise<string> {
+  const [created] = await tx<{ id: string }[]>`
+    insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit, system_purpose)
+    values (${newId()}, ${scope.companyId}, ${scope.environment}, 'system', ${currency}, ${`${purpose} ${currency}`}, null, ${purpose})
+    on conflict (company_id, environment, currency, system_purpose) where type = 'system' do nothing
+    returning id`;
+  if (created) return created.id;
+  const [existing] = await tx<{ id: string }[]>`
+    select id from ledger_accounts
+    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency}
+      and type = 'system' and system_purpose = ${purpose}`;
+  return existing!.id;
+}
+
+export interface ExternalAccount {
+  id: string;
+  companyId: string;
+  environment: Environment;
+  rail: 'ach';
+  currency: string;
+  label: string;
+  routingNumber: string;
+  accountLast4: string;
+}
+
+export async function insertExternalAccount(tx: TransactionSql, account: ExternalAccount): Promise<void> {
+  await tx`
+    insert into external_accounts (id, company_id, environment, rail, currency, label, routing_number, account_last4)
+    values (${account.id}, ${account.companyId}, ${account.environment}, ${account.rail}, ${account.currency},
+            ${account.label}, ${account.routingNumber}, ${account.accountLast4})`;
+}
+
+export async function findExternalAccount(tx: TransactionSql, scope: Scope, id: string): Promise<ExternalAccount | undefined> {
+  const [row] = await tx<
+    { id: string; company_id: string; environment: Environment; rail: 'ach'; currency: string; label: string; routing_number: string; account_last4: string }[]
+  >`
+    select id, company_id, environment, rail, currency, label, routing_number, account_last4 from external_accounts
+    where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment}`;
+  return row
+    ? {
+        id: row.id,
+        companyId: row.company_id,
+        environment: row.environment,
+        rail: row.rail,
+        currency: row.currency,
+        label: row.label,
+        routingNumber: row.routing_number,
+        accountLast4: row.account_last4,
+      }
+    : undefined;
+}
+
+/** The wallet a rail payout draws from: the company's oldest wallet in that currency. */
+export async function findFundingWallet(tx: TransactionSql, scope: Scope, currency: string): Promise<string | undefined> {
+  const [row] = await tx<{ id: string }[]>`
+    select id from ledger_accounts
+    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency} and type = 'wallet'
+    order by id limit 1`;
+  return row?.id;
+}
+
+export interface RailTransfer {
+  id: string;
+  companyId: string;
+  environment: Environment;
+  idempotencyKey: string;
+  status: TransferStatus;
+  version: number;
+  amount: bigint;
+  currency: string;
+  sourceAccountId: string;
+  destinationExternalAccountId: string;
+  outAmount: bigint;
+  outCurrency: string;
+  feeAmount: bigint;
+  fxRate: string;
+  railReference: string | null;
+  failureReason: string | null;
+  workflowId: string;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+interface RailTransferRow {
+  id: string;
+  company_id: string;
+  environment: Environment;
+  idempotency_key: string;
+  status: TransferStatus;
+  version: number;
+  amount: bigint;
+  currency: string;
+  source_account_id: string;
+  destination_external_account_id: string;
+  out_amount: bigint;
+  out_currency: string;
+  fee_amount: bigint;
+  fx_rate: string;
+  rail_reference: string | null;
+  failure_reason: string | null;
+  workflow_id: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+function toRailTransfer(row: RailTransferRow): RailTransfer {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    environment: row.environment,
+    idempotencyKey: row.idempotency_key,
+    status: row.status,
+    version: row.version,
+    amount: row.amount,
+    currency: row.currency,
+    sourceAccountId: row.source_account_id,
+    destinationExternalAccountId: row.destination_external_account_id,
+    outAmount: row.out_amount,
+    outCurrency: row.out_currency,
+    feeAmount: row.fee_amount,
+    fxRate: row.fx_rate,
+    railReference: row.rail_reference,
+    failureReason: row.failure_reason,
+    workflowId: row.workflow_id,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+const RAIL_COLUMNS =
+  'id, company_id, environment, idempotency_key, status, version, amount, currency, source_account_id, destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, rail_reference, failure_reason, workflow_id, created_at, updated_at';
+
+export async function findRailTransfer(tx: TransactionSql, scope: Scope, id: string): Promise<RailTransfer | undefined> {
+  const [row] = await tx<RailTransferRow[]>`
+    select ${tx.unsafe(RAIL_COLUMNS)} from transfers
+    where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment} and rail = 'ach'`;
+  return row ? toRailTransfer(row) : undefined;
+}
+
+export async function findRailTransferByKey(tx: TransactionSql, scope: Scope, key: string): Promise<RailTransfer | undefined> {
+  const [row] = await tx<RailTransferRow[]>`
+    select ${tx.unsafe(RAIL_COLUMNS)} from transfers
+    where company_id = ${scope.companyId} and environment = ${scope.environment} and idempotency_key = ${key} and rail = 'ach'`;
+  return row ? toRailTransfer(row) : undefined;
+}
+
+export function isRailTransfer(transfer: LedgerTransfer | RailTransfer): transfer is RailTransfer {
+  return 'outAmount' in transfer;
+}
+
+interface EntryLine {
+  accountId: string;
+  currency: string;
+  amount: bigint;
+  kind: 'posted' | 'hold' | 'hold_release';
+  holdId?: string;
+}
+
+/** Inserts entries in account-ID order, so concurrent transfers lock accounts in one global order. */
+async function insertEntries(tx: TransactionSql, scope: Scope, transferId: string, lines: EntryLine[]): Promise<void> {
+  const sorted = [...lines].sort((a, b) => (a.accountId < b.accountId ? -1 : a.accountId > b.accountId ? 1 : 0));
+  for (const line of sorted) {
+    await tx`
+      insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+      values (${scope.companyId}, ${scope.environment}, ${transferId}, ${line.accountId}, ${line.currency},
+              ${line.amount.toString()}, ${line.kind}, ${line.holdId ?? null})`;
+  }
+}
+
+async function recordStatus(tx: TransactionSql, transfer: { id: string; companyId: string }, status: TransferStatus, reason: string | null) {
+  await tx`insert into transfer_status_history (transfer_id, company_id, status, reason)
+           values (${transfer.id}, ${transfer.companyId}, ${status}, ${reason})`;
+}
+
+export interface NewRailTransfer extends Scope {
+  id: string;
+  holdId: string;
+  idempotencyKey: string;
+  workflowId: string;
+  amount: bigint;
+  currency: string;
+  sourceAccountId: string;
+  clearingAccountId: string;
+  destinationExternalAccountId: string;
+  outAmount: bigint;
+  outCurrency: string;
+  feeAmount: bigint;
+  fxRate: string;
+}
+
+/**
+ * Creates a rail transfer as `pending` and reserves its money: a hold of the full source amount on
+ * the wallet against the rail clearing account. An overdraw is refused by the database here.
+ */
+export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTransfer): Promise<RailTransfer> {
+  const [row] = await tx<RailTransferRow[]>`
+    insert into transfers (id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id,
+                           destination_external_account_id, source_rail, out_amount, out_currency, fee_amount, fx_rate, workflow_id)
+    values (${transfer.id}, ${transfer.companyId}, ${transfer.environment}, ${transfer.idempotencyKey}, 'ach', 'pending',
+            ${transfer.amount.toString()}, ${transfer.currency}, ${transfer.sourceAccountId}, ${transfer.destinationExternalAccountId},
+            'stablecoin', ${transfer.outAmount.toString()}, ${transfer.outCurrency}, ${transfer.feeAmount.toString()},
+            ${transfer.fxRate}, ${transfer.workflowId})
+    returning ${tx.unsafe(RAIL_COLUMNS)}`;
+  await tx`insert into ledger_holds (id, company_id, transfer_id) values (${transfer.holdId}, ${transfer.companyId}, ${transfer.id})`;
+  await insertEntries(tx, transfer, transfer.id, [
+    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold', holdId: transfer.holdId },
+    { accountId: transfer.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold', holdId: transfer.holdId },
+  ]);
+  await recordStatus(tx, transfer, 'pending', null);
+  return toRailTransfer(row!);
+}
+
+/** Moves the status forward under the database's transition guard; false when it was not `from`. */
+async function advance(
+  tx: TransactionSql,
+  transfer: RailTransfer,
+  from: TransferStatus[],
+  to: TransferStatus,
+  fields: { railReference?: string; failureReason?: string } = {},
+): Promise<boolean> {
+  const rows = await tx`
+    update transfers
+    set status = ${to}, version = version + 1, updated_at = now(),
+        rail_reference = coalesce(${fields.railReference ?? null}, rail_reference),
+        failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason)
+    where id = ${transfer.id} and status = any(${from}) and version = ${transfer.version}
+    returning id`;
+  if (rows.length === 0) return false;
+  await recordStatus(tx, transfer, to, fields.failureReason ?? null);
+  return true;
+}
+
+async function holdOf(tx: TransactionSql, transferId: string): Promise<{ id: string; status: string; clearingAccountId: string }> {
+  const [row] = await tx<{ id: string; status: string; clearing_account_id: string }[]>`
+    select h.id, h.status, e.account_id as clearing_account_id
+    from ledger_holds h join ledger_entries e on e.hold_id = h.id and e.kind = 'hold' and e.amount > 0
+    where h.transfer_id = ${transferId}`;
+  return { id: row!.id, status: row!.status, clearingAccountId: row!.clearing_account_id };
+}
+
+/** Submitted to the rail: `pending` → `processing`. Idempotent. */
+export async function markRailTransferProcessing(tx: TransactionSql, transfer: RailTransfer, railReference: string): Promise<boolean> {
+  return advance(tx, transfer, ['pending'], 'processing', { railReference });
+}
+
+/**
+ * The rail paid out: the hold is released and posted. USDC leaves the wallet into fees and FX; in
+ * USD the FX account pays the ACH payouts account. Each currency balances. Idempotent.
+ */
+export async function settleRailTransfer(tx: TransactionSql, transfer: RailTransfer, newSystemId: () => string): Promise<boolean> {
+  if (!(await advance(tx, transfer, ['processing'], 'settled'))) return false;
+  const hold = await holdOf(tx, transfer.id);
+  await tx`update ledger_holds set status = 'posted', resolved_at = now() where id = ${hold.id}`;
+  const fees = await systemAccount(tx, transfer, transfer.currency, 'fees', newSystemId);
+  const fxIn = await systemAccount(tx, transfer, transfer.currency, 'fx', newSystemId);
+  const fxOut = await systemAccount(tx, transfer, transfer.outCurrency, 'fx', newSystemId);
+  const payouts = await systemAccount(tx, transfer, transfer.outCurrency, 'ach_payouts', newSystemId);
+  const lines: EntryLine[] = [
+    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
+    { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
+    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'posted' },
+    { accountId: fxIn, currency: transfer.currency, amount: transfer.amount - transfer.feeAmount, kind: 'posted' },
+    { accountId: fxOut, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
+    { accountId: payouts, currency: transfer.outCurrency, amount: transfer.outAmount, kind: 'posted' },
+  ];
+  if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: transfer.feeAmount, kind: 'posted' });
+  await insertEntries(tx, transfer, transfer.id, lines);
+  return true;
+}
+
+/** The rail refused or never confirmed: the hold is voided, the money is available again. Idempotent. */
+export async function failRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string): Promise<boolean> {
+  if (!(await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason }))) return false;
+  const hold = await holdOf(tx, transfer.id);
+  await tx`update ledger_holds set status = 'voided', resolved_at = now() where id = ${hold.id}`;
+  await insertEntries(tx, transfer, transfer.id, [
+    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
+    { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
+  ]);
+  return true;
+}
+
+/**
+ * The bank returned a settled payout: every posted entry of the settlement is reversed, the fee
+ * included, so the wallet gets its full amount back. Idempotent.
+ */
+export async function returnRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string, newSystemId: () => string): Promise<boolean> {
+  if (!(await advance(tx, transfer, ['settled'], 'returned', { failureReason: reason }))) return false;
+  const fees = await systemAccount(tx, transfer, transfer.currency, 'fees', newSystemId);
+  const fxIn = await systemAccount(tx, transfer, transfer.currency, 'fx', newSystemId);
+  const fxOut = await systemAccount(tx, transfer, transfer.outCurrency, 'fx', newSystemId);
+  const payouts = await systemAccount(tx, transfer, transfer.outCurrency, 'ach_payouts', newSystemId);
+  const lines: EntryLine[] = [
+    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'posted' },
+    { accountId: fxIn, currency: transfer.currency, amount: -(transfer.amount - transfer.feeAmount), kind: 'posted' },
+    { accountId: fxOut, currency: transfer.outCurrency, amount: transfer.outAmount, kind: 'posted' },
+    { accountId: payouts, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
+  ];
+  if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: -transfer.feeAmount, kind: 'posted' });
+  await insertEntries(tx, transfer, transfer.id, lines);
+  return true;
+}
