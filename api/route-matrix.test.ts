@@ -34,7 +34,12 @@ const FIXTURES: Record<string, (testApp: TestApp, tenant: TestTenant) => Promise
     ).id,
 };
 
+// The sandbox simulation routes act on external-rail transfers; a ledger transfer is enough to show
+// the tenancy boundary (own: reached and refused as NOT_SIMULATABLE; foreign and missing: 404).
+FIXTURES.rail_transfer = FIXTURES.transfer!;
+
 const MISSING_IDS: Record<string, string> = {
+  rail_transfer: 'tr_00000000000000000000000000000000',
   api_key: 'key_00000000000000000000000000000000',
   ledger_account: 'wal_00000000000000000000000000000000',
   transfer: 'tr_00000000000000000000000000000000',

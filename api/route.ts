@@ -67,8 +67,24 @@ export function defineRoute<P extends Schema = undefined, Q extends Schema = und
   return definition;
 }
 
+type Issue = z.core.$ZodIssue;
+
+/**
+ * Field-level issues. A union that matches no branch is reported through the branch it came
+ * closest to (fewest issues), so a body of the wrong shape still gets field paths, not "Invalid input".
+ */
+function flatten(issues: readonly Issue[], prefix: PropertyKey[]): { path: PropertyKey[]; message: string }[] {
+  return issues.flatMap((issue) => {
+    if (issue.code === 'invalid_union' && issue.errors.length > 0) {
+      const closest = [...issue.errors].sort((a, b) => a.length - b.length)[0]!;
+      return flatten(closest, [...prefix, ...issue.path]);
+    }
+    return [{ path: [...prefix, ...issue.path], message: issue.message }];
+  });
+}
+
 function issuesOf(error: z.ZodError, location: 'params' | 'query' | 'body'): ValidationIssue[] {
-  return error.issues.map((issue) => ({
+  return flatten(error.issues, []).map((issue) => ({
     path: [location, ...issue.path.map(String)].join('.'),
     message: issue.message,
   }));

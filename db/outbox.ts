@@ -67,3 +67,21 @@ export async function markOutboxDispatched(sql: Sql | TransactionSql, workflowId
     update outbox set dispatched_at = greatest(created_at, ${at}), attempts = attempts + 1
     where workflow_id = ${workflowId} and dispatched_at is null`;
 }
+
+/** Entries not handed to Temporal for `olderThanMs` (the API normally does it at once), oldest first. */
+export async function findStrandedOutboxEntries(
+  tx: TransactionSql,
+  options: { olderThan: Date; limit: number },
+): Promise<OutboxEntry[]> {
+  const rows = await tx<OutboxRow[]>`
+    select id, company_id, workflow_type, workflow_id, task_queue, payload, created_at, dispatched_at, attempts
+    from outbox where dispatched_at is null and created_at < ${options.olderThan}
+    order by created_at limit ${options.limit}`;
+  return rows.map(toEntry);
+}
+
+export async function recordOutboxFailure(tx: TransactionSql, workflowId: string, error: string): Promise<void> {
+  await tx`
+    update outbox set attempts = attempts + 1, last_error = ${error.slice(0, 2000)}
+    where workflow_id = ${workflowId} and dispatched_at is null`;
+}

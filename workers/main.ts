@@ -31,7 +31,13 @@ const temporal = await connectTemporalClient({
   connectTimeoutMs: config.TEMPORAL_CONNECT_TIMEOUT_MS,
 });
 const bundle = await loadWorkflowBundle(join(config.dataDir, 'cache'));
-const worker = await createWorker({ connection, namespace: config.TEMPORAL_NAMESPACE, workflowBundle: bundle, sql });
+const worker = await createWorker({
+  connection,
+  namespace: config.TEMPORAL_NAMESPACE,
+  workflowBundle: bundle,
+  sql,
+  temporal: () => temporal.client,
+});
 await ensureSystemWorkflows(temporal.client);
 
 onShutdown(logger, config.SHUTDOWN_TIMEOUT_MS, async () => {

@@ -1,10 +1,31 @@
-import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
+import {
+  ScheduleAlreadyRunning,
+  ScheduleOverlapPolicy,
+  type Client,
+  type ScheduleOptionsStartWorkflowAction,
+} from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { DATA_RETENTION_WORKFLOW_ID } from '../workflows/shared/data-retention.ts';
 import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';
 import type { idempotencyPurgeWorkflow } from '../workflows/idempotency-purge.ts';
+import type { outboxRelayWorkflow } from '../workflows/outbox-relay.ts';
 
 export const IDEMPOTENCY_PURGE_SCHEDULE_ID = 'system/idempotency-purge';
+export const OUTBOX_RELAY_SCHEDULE_ID = 'system/outbox-relay';
+
+/** Every minute: start the flows the API committed to the outbox but could not hand to Temporal. */
+const outboxRelaySchedule = {
+  spec: { intervals: [{ every: '1 minute' }] },
+  action: {
+    type: 'startWorkflow',
+    workflowType: 'outboxRelayWorkflow',
+    workflowId: OUTBOX_RELAY_SCHEDULE_ID,
+    taskQueue: TASK_QUEUES.core,
+    args: [{}],
+    workflowRunTimeout: '5 minutes',
+  } satisfies ScheduleOptionsStartWorkflowAction<typeof outboxRelayWorkflow>,
+  policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute', pauseOnFailure: false },
+};
 
 /** The hourly purge of expired idempotency keys: its spec, action and policies, in one place. */
 const idempotencyPurgeSchedule = {
@@ -32,21 +53,23 @@ export async function ensureSystemWorkflows(client: Client): Promise<void> {
     args: [{}],
     workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
   });
-  await ensureIdempotencyPurgeSchedule(client);
+  await ensureSchedule(client, IDEMPOTENCY_PURGE_SCHEDULE_ID, idempotencyPurgeSchedule);
+  await ensureSchedule(client, OUTBOX_RELAY_SCHEDULE_ID, outboxRelaySchedule);
 }
 
 /**
- * Creates the hourly idempotency-purge Schedule, or, when it exists, brings its spec, action and
- * policies up to date while keeping its state (an operator may have paused it).
+ * Creates a Schedule, or, when it exists, brings its spec, action and policies up to date while
+ * keeping its state (an operator may have paused it).
  */
-async function ensureIdempotencyPurgeSchedule(client: Client): Promise<void> {
+async function ensureSchedule(
+  client: Client,
+  scheduleId: string,
+  schedule: typeof idempotencyPurgeSchedule | typeof outboxRelaySchedule,
+): Promise<void> {
   try {
-    await client.schedule.create({ scheduleId: IDEMPOTENCY_PURGE_SCHEDULE_ID, ...idempotencyPurgeSchedule });
+    await client.schedule.create({ scheduleId, ...schedule });
   } catch (error) {
     if (!(error instanceof ScheduleAlreadyRunning)) throw error;
-    await client.schedule.getHandle(IDEMPOTENCY_PURGE_SCHEDULE_ID).update((previous) => ({
-      ...previous,
-      ...idempotencyPurgeSchedule,
-    }));
+    await client.schedule.getHandle(scheduleId).update((previous) => ({ ...previous, ...schedule }));
   }
 }

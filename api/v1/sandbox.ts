@@ -1,0 +1,79 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { z } from 'zod';
+import type { Client } from '@temporalio/client';
+import type { Sql } from '../../db/client.ts';
+import { findTransfer, type TransferStatus } from '../../db/ledger.ts';
+import { withTenant } from '../../db/tenant.ts';
+import { DomainError, notFound } from '../../workflows/shared/errors.ts';
+import { railConfirmedSignal, railFailedSignal, railReturnedSignal } from '../../workflows/shared/transfer-settlement.ts';
+import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
+import { defineRoute } from '../route.ts';
+import { signed, transferResource, type TransferSigner } from './resources.ts';
+
+type Action = 'settle' | 'fail' | 'return';
+
+const FROM: Record<Action, TransferStatus[]> = {
+  settle: ['pending', 'processing'],
+  fail: ['pending', 'processing'],
+  return: ['settled'],
+};
+const TO: Record<Action, TransferStatus> = { settle: 'settled', fail: 'failed', return: 'returned' };
+const OUTCOME_WAIT_MS = 5_000;
+
+export interface SandboxRouteDeps {
+  sql: Sql;
+  signer: TransferSigner;
+  rails: { temporal: Client };
+}
+
+/**
+ * Simulation controls for the sandbox's external rails: what a bank would report, delivered to the
+ * transfer's settlement workflow as the same signal a real rail webhook sends.
+ */
+function simulation(action: Action, deps: SandboxRouteDeps) {
+  return defineRoute({
+    method: 'POST',
+    path: `/v1/sandbox/transfers/:id/${action}`,
+    operationId: `sandbox${action[0]!.toUpperCase()}${action.slice(1)}Transfer`,
+    summary: `Sandbox only: make the rail ${action === 'settle' ? 'confirm' : action} this external-rail transfer.`,
+    tags: ['sandbox'],
+    auth: { kind: 'api_key' },
+    resource: { param: 'id', type: 'rail_transfer' },
+    params: z.object({ id: z.string().max(100) }),
+    body: z.strictObject({ reason: z.string().min(1).max(200).optional() }),
+    example: action === 'settle' ? {} : { reason: action === 'fail' ? 'R01 insufficient funds' : 'R03 no account' },
+    responses: { 200: 'The transfer after the simulated event.', 403: 'SANDBOX_ONLY', 409: 'INVALID_TRANSFER_STATE' },
+    async handler(ctx, { params, body }) {
+      const { companyId, environment } = apiKeyPrincipalOf(ctx);
+      if (environment !== 'sandbox') {
+        throw new DomainError('forbidden', 'SANDBOX_ONLY', 'Simulation endpoints take a sandbox key.');
+      }
+      const scope = { companyId, environment };
+      const load = () => withTenant(deps.sql, companyId, (tx) => findTransfer(tx, scope, params.id));
+      const transfer = await load();
+      if (!transfer) throw notFound('transfer');
+      if (transfer.rail !== 'ach' || !transfer.workflowId) {
+        throw new DomainError('conflict', 'NOT_SIMULATABLE', 'Ledger transfers settle at once; only external-rail transfers can be simulated.');
+      }
+      if (!FROM[action].includes(transfer.status)) {
+        throw new DomainError('conflict', 'INVALID_TRANSFER_STATE', `A ${transfer.status} transfer cannot be made to ${action}.`);
+      }
+      const handle = deps.rails.temporal.workflow.getHandle(transfer.workflowId);
+      const reason = body.reason ?? (action === 'fail' ? 'sandbox: simulated failure' : 'sandbox: simulated return');
+      if (action === 'settle') await handle.signal(railConfirmedSignal);
+      else if (action === 'fail') await handle.signal(railFailedSignal, { reason });
+      else await handle.signal(railReturnedSignal, { reason });
+
+      let current = transfer;
+      for (const deadline = Date.now() + OUTCOME_WAIT_MS; current.status !== TO[action] && Date.now() < deadline; ) {
+        await sleep(50);
+        current = (await load()) ?? current;
+      }
+      ctx.body = await signed(deps.signer, transferResource(current));
+    },
+  });
+}
+
+export function sandboxRoutes(deps: SandboxRouteDeps) {
+  return (['settle', 'fail', 'return'] as const).map((action) => simulation(action, deps));
+}
