@@ -1,10 +1,18 @@
+import type { Client } from '@temporalio/client';
 import type { Sql } from '../db/client.ts';
+import { createOutboxRelayActivities } from './outbox-relay.ts';
 import { RETENTION_POLICIES } from '../db/retention.ts';
 import { createDataRetentionActivities } from './data-retention.ts';
 import { createIdempotencyActivities } from './idempotency.ts';
+import type { PayoutRails } from './rails/types.ts';
+import { createTransferActivities, defaultPayoutRails } from './transfers.ts';
 
 export interface ActivityDeps {
   sql: Sql;
+  /** Payout rails per environment; default: the simulated sandbox ACH rail and no live rail. */
+  rails?: PayoutRails;
+  /** The Temporal client the outbox relay starts stranded flows with (given lazily by the worker). */
+  temporal?: () => Client;
 }
 
 /** Every activity the worker registers, built from injected dependencies. */
@@ -12,6 +20,15 @@ export function createActivities(deps: ActivityDeps) {
   return {
     ...createDataRetentionActivities({ sql: deps.sql, policies: RETENTION_POLICIES }),
     ...createIdempotencyActivities({ sql: deps.sql }),
+    ...createTransferActivities({ sql: deps.sql, rails: deps.rails ?? defaultPayoutRails() }),
+    ...createOutboxRelayActivities({
+      sql: deps.sql,
+      temporal:
+        deps.temporal ??
+        (() => {
+          throw new Error('the outbox relay needs a Temporal client (ActivityDeps.temporal)');
+        }),
+    }),
   };
 }
 

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime, DefaultLogger } from '@temporalio/worker';
 import { resolveTemporalTestServer } from '../platform/temporal.ts';
+import { SEARCH_ATTRIBUTES } from '../workflows/shared/search-attributes.ts';
 import { testEnv } from './env.ts';
 
 let runtimeInstalled = false;
@@ -22,13 +23,26 @@ export async function createTimeSkippingEnv(attempts = 3): Promise<TestWorkflowE
   let lastError: unknown;
   for (let attempt = 1; attempt <= attempts; attempt++) {
     try {
-      return await TestWorkflowEnvironment.createTimeSkipping({ server: { executable: { type: 'existing-path', path } } });
+      const env = await TestWorkflowEnvironment.createTimeSkipping({ server: { executable: { type: 'existing-path', path } } });
+      await registerSearchAttributes(env);
+      return env;
     } catch (error) {
       lastError = error;
       await new Promise((resolve) => setTimeout(resolve, 500 * attempt));
     }
   }
   throw lastError;
+}
+
+/** The project's search attributes, as `npm start` registers them on the dev server. */
+async function registerSearchAttributes(env: TestWorkflowEnvironment): Promise<void> {
+  await env.connection.operatorService.addSearchAttributes({
+    namespace: env.namespace ?? 'default',
+    searchAttributes: Object.fromEntries(
+      // 2 = INDEXED_VALUE_TYPE_KEYWORD (the proto enum is not importable from ESM here).
+      Object.values(SEARCH_ATTRIBUTES).map((key) => [key.name, 2]),
+    ),
+  });
 }
 
 let bundle: Promise<{ code: string }> | undefined;

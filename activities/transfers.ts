@@ -1,0 +1,191 @@
+import { ApplicationFailure } from '@temporalio/common';
+import type { Sql, TransactionSql } from '../db/client.ts';
+import {
+  failRailTransfer,
+  findExternalAccount,
+  findRailTransfer,
+  markRailTransferProcessing,
+  returnRailTransfer,
+  settleRailTransfer,
+  type RailTransfer,
+} from '../db/rails.ts';
+import { withTenant } from '../db/tenant.ts';
+import { newId } from '../platform/ids.ts';
+import { formatMinor } from '../workflows/shared/money.ts';
+import type { Environment, TransferSnapshot, TransferStatus } from '../workflows/shared/transfer-settlement.ts';
+import { createSandboxAchRail } from './rails/sandbox-ach.ts';
+import type { PayoutRail, PayoutRails, PayoutStatus, PayoutSubmission } from './rails/types.ts';
+
+// Activity names are persisted in workflow histories: never rename them.
+
+export interface TransferRef {
+  transferId: string;
+  companyId: string;
+  environment: Environment;
+}
+
+export type SubmitTransferToRailInput = TransferRef;
+export type SubmitTransferToRailResult = PayoutSubmission;
+
+export interface TransferReasonInput extends TransferRef {
+  /** Kept on the transfer and in its status history (at most 500 characters). */
+  reason: string;
+}
+
+export interface PollRailInput {
+  environment: Environment;
+  reference: string;
+}
+
+/** Stable types of the non-retryable failures these activities raise (business rules). */
+export const TRANSFER_FAILURE_TYPES = {
+  notFound: 'TransferNotFound',
+  externalAccountNotFound: 'ExternalAccountNotFound',
+  notSubmittable: 'TransferNotSubmittable',
+  railNotConfigured: 'RailNotConfigured',
+} as const;
+
+const REASON_LENGTH_MAX = 500;
+
+export interface TransferActivityDeps {
+  sql: Sql;
+  rails: PayoutRails;
+}
+
+/** The live ACH rail is a bank integration outside this machine: until one is wired, it refuses. */
+export function createUnconfiguredLiveRail(): PayoutRail {
+  const refuse = (): never => {
+    throw ApplicationFailure.nonRetryable('live ACH rail not configured', TRANSFER_FAILURE_TYPES.railNotConfigured);
+  };
+  return { submit: async () => refuse(), status: async () => refuse() };
+}
+
+/** The rails a worker gets unless told otherwise: the simulated sandbox rail, and no live rail. */
+export function defaultPayoutRails(): PayoutRails {
+  return { sandbox: createSandboxAchRail(), live: createUnconfiguredLiveRail() };
+}
+
+function snapshotOf(transfer: RailTransfer): TransferSnapshot {
+  return {
+    transferId: transfer.id,
+    status: transfer.status,
+    railReference: transfer.railReference,
+    failureReason: transfer.failureReason,
+  };
+}
+
+function notFound(ref: TransferRef): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(
+    `No ACH transfer ${ref.transferId} for company ${ref.companyId} in ${ref.environment}.`,
+    TRANSFER_FAILURE_TYPES.notFound,
+  );
+}
+
+function clip(reason: string): string {
+  return reason.length <= REASON_LENGTH_MAX ? reason : `${reason.slice(0, REASON_LENGTH_MAX - 1)}…`;
+}
+
+export function createTransferActivities(deps: TransferActivityDeps) {
+  const scopeOf = (ref: TransferRef) => ({ companyId: ref.companyId, environment: ref.environment });
+
+  /**
+   * Runs one status change in a tenant transaction and returns the snapshot after it. Idempotent:
+   * when the transfer is already past `from`, nothing changes and the current snapshot is returned.
+   * When it is still in `from` but the change did not apply (a concurrent writer bumped the
+   * version), a plain error makes Temporal retry with a fresh read.
+   */
+  async function transition(
+    ref: TransferRef,
+    from: readonly TransferStatus[],
+    change: (tx: TransactionSql, transfer: RailTransfer) => Promise<boolean>,
+  ): Promise<TransferSnapshot> {
+    return withTenant(deps.sql, ref.companyId, async (tx) => {
+      const transfer = await findRailTransfer(tx, scopeOf(ref), ref.transferId);
+      if (!transfer) throw notFound(ref);
+      if (!from.includes(transfer.status)) return snapshotOf(transfer);
+      if (!(await change(tx, transfer))) {
+        throw new Error(
+          `transfer ${ref.transferId} changed concurrently (was ${transfer.status} v${transfer.version}); retrying`,
+        );
+      }
+      const after = await findRailTransfer(tx, scopeOf(ref), ref.transferId);
+      return snapshotOf(after!);
+    });
+  }
+
+  return {
+    /**
+     * Hands the payout to the environment's rail (idempotent on the transfer ID at the rail) and
+     * records the submission: `pending` → `processing` with the rail's reference. Returns the rail's
+     * first answer. Refuses (non-retryable) a transfer that is missing or no longer pending/processing.
+     */
+    submitTransferToRail: async (input: SubmitTransferToRailInput): Promise<SubmitTransferToRailResult> => {
+      const scope = scopeOf(input);
+      const loaded = await withTenant(deps.sql, input.companyId, async (tx) => {
+        const transfer = await findRailTransfer(tx, scope, input.transferId);
+        const account = transfer
+          ? await findExternalAccount(tx, scope, transfer.destinationExternalAccountId)
+          : undefined;
+        return { transfer, account };
+      });
+      const { transfer, account } = loaded;
+      if (!transfer) throw notFound(input);
+      if (!account) {
+        throw ApplicationFailure.nonRetryable(
+          `Bank account ${transfer.destinationExternalAccountId} of transfer ${transfer.id} not found.`,
+          TRANSFER_FAILURE_TYPES.externalAccountNotFound,
+        );
+      }
+      if (transfer.status !== 'pending' && transfer.status !== 'processing') {
+        throw ApplicationFailure.nonRetryable(
+          `Transfer ${transfer.id} is ${transfer.status}; it is not submitted to the rail.`,
+          TRANSFER_FAILURE_TYPES.notSubmittable,
+        );
+      }
+      const submission = await deps.rails[input.environment].submit({
+        transferId: transfer.id,
+        amount: formatMinor(transfer.outAmount, transfer.outCurrency),
+        currency: transfer.outCurrency,
+        destination: {
+          externalAccountId: account.id,
+          routingNumber: account.routingNumber,
+          accountLast4: account.accountLast4,
+        },
+        sourceAmountMinor: transfer.amount,
+        sourceCurrency: transfer.currency,
+      });
+      await transition(input, ['pending'], (tx, current) =>
+        markRailTransferProcessing(tx, current, submission.reference),
+      );
+      return submission.reason === undefined
+        ? { reference: submission.reference, outcome: submission.outcome }
+        : { reference: submission.reference, outcome: submission.outcome, reason: clip(submission.reason) };
+    },
+
+    /** The rail paid out: `processing` → `settled`, the hold posted through fees and FX. */
+    settleTransfer: async (input: TransferRef): Promise<TransferSnapshot> =>
+      transition(input, ['processing'], (tx, transfer) => settleRailTransfer(tx, transfer, () => newId('sys'))),
+
+    /** The rail refused, or never confirmed: `pending`/`processing` → `failed`, the hold voided. */
+    failTransfer: async (input: TransferReasonInput): Promise<TransferSnapshot> =>
+      transition(input, ['pending', 'processing'], (tx, transfer) =>
+        failRailTransfer(tx, transfer, clip(input.reason)),
+      ),
+
+    /** The bank sent a settled payout back: `settled` → `returned`, every posted entry reversed. */
+    returnTransfer: async (input: TransferReasonInput): Promise<TransferSnapshot> =>
+      transition(input, ['settled'], (tx, transfer) =>
+        returnRailTransfer(tx, transfer, clip(input.reason), () => newId('sys')),
+      ),
+
+    /** Asks the rail where a submitted payout is. Read-only. */
+    pollRail: async (input: PollRailInput): Promise<PayoutStatus> => {
+      const status = await deps.rails[input.environment].status(input.reference);
+      return status.reason === undefined
+        ? { outcome: status.outcome }
+        : { outcome: status.outcome, reason: clip(status.reason) };
+    },
+  };
+}
+
+export type TransferActivities = ReturnType<typeof createTransferActivities>;

@@ -1,0 +1,50 @@
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+
+// The contract between the API, the settlement workflow and its activities. Names are persisted
+// in workflow histories: never rename them.
+
+export type TransferStatus = 'pending' | 'processing' | 'settled' | 'failed' | 'canceled' | 'returned';
+export type Environment = 'sandbox' | 'live';
+
+export const TERMINAL_STATUSES: readonly TransferStatus[] = ['failed', 'canceled', 'returned'];
+
+export interface TransferSettlementInput {
+  transferId: string;
+  companyId: string;
+  environment: Environment;
+  /** How long to wait for the rail's confirmation before polling it; default 1 hour. */
+  confirmationPollMs?: number;
+  /** How long a submitted payout may stay unconfirmed before it fails as expired; default 3 days. */
+  confirmationTimeoutMs?: number;
+  /** After settlement, how often to ask the rail whether the payment was returned; default 1 day. */
+  returnPollMs?: number;
+  /** How long after settlement a return is still possible; default 60 days. */
+  returnWindowMs?: number;
+}
+
+export interface TransferSnapshot {
+  transferId: string;
+  status: TransferStatus;
+  railReference: string | null;
+  failureReason: string | null;
+}
+
+/** Settlement workflow ID: derived from company, environment and Idempotency-Key (DESIGN). */
+export function transferWorkflowId(companyId: string, environment: Environment, idempotencyKey: string): string {
+  return `transfer:${companyId}:${environment}:${idempotencyKey}`;
+}
+
+export const TRANSFER_SETTLEMENT_WORKFLOW = 'transferSettlementWorkflow';
+
+/**
+ * Sent with update-with-start by the API (update ID = the Idempotency-Key): waits up to `waitMs`
+ * for the transfer to leave `pending` (and, when it settles quickly, to settle) and returns where it is.
+ */
+export const awaitTransferOutcomeUpdate = defineUpdate<TransferSnapshot, [{ waitMs: number }]>('awaitTransferOutcome');
+
+/** From the rail (a webhook, or the sandbox simulation endpoints). */
+export const railConfirmedSignal = defineSignal<[]>('railConfirmed');
+export const railFailedSignal = defineSignal<[{ reason: string }]>('railFailed');
+export const railReturnedSignal = defineSignal<[{ reason: string }]>('railReturned');
+
+export const transferSnapshotQuery = defineQuery<TransferSnapshot>('transferSnapshot');

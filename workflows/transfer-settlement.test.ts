@@ -1,0 +1,605 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, it } from 'node:test';
+import {
+  ActivityFailure,
+  WithStartWorkflowOperation,
+  WorkflowFailedError,
+  WorkflowUpdateFailedError,
+  type WorkflowHandle,
+  type WorkflowHandleWithFirstExecutionRunId,
+} from '@temporalio/client';
+import { ApplicationFailure, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import protos, { type temporal } from '@temporalio/proto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { createActivities } from '../activities/index.ts';
+import { createSandboxAchRail, SANDBOX_MAGIC } from '../activities/rails/sandbox-ach.ts';
+import type { PayoutRail, PayoutRequest } from '../activities/rails/types.ts';
+import { createUnconfiguredLiveRail } from '../activities/transfers.ts';
+import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { balancesOf, findLedgerAccount, transferHistory } from '../db/ledger.ts';
+import { createRailTransfer, insertExternalAccount, systemAccount } from '../db/rails.ts';
+import { withTenant } from '../db/tenant.ts';
+import { newId } from '../platform/ids.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { provisionTenant } from '../services/tenants.ts';
+import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
+import { waitFor } from '../test-support/wait.ts';
+import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
+import { TASK_QUEUES } from './shared/task-queues.ts';
+import {
+  awaitTransferOutcomeUpdate,
+  railConfirmedSignal,
+  railFailedSignal,
+  railReturnedSignal,
+  TRANSFER_SETTLEMENT_WORKFLOW,
+  transferSnapshotQuery,
+  transferWorkflowId,
+  type TransferSettlementInput,
+  type TransferSnapshot,
+} from './shared/transfer-settlement.ts';
+import { EXPIRED_REASON, type transferSettlementWorkflow } from './transfer-settlement.ts';
+
+const HOUR_MS = 60 * 60 * 1000;
+const DAY_MS = 24 * HOUR_MS;
+const USDC = 1_000_000n; // minor units per USDC (scale 6)
+const WALLET_START = 10_000n * USDC; // the sandbox preload
+const FEE = 1n * USDC;
+const HISTORIES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'histories');
+const HISTORY_PREFIX = 'transfer-settlement-';
+/** The paths whose history is recorded and replayed by later versions of the workflow. */
+const RECORDED_PATHS = [
+  'settled',
+  'failed',
+  'slow-confirmed',
+  'slow-failed',
+  'expired',
+  'returned-by-poll',
+  'returned-by-signal',
+];
+
+type Handle = WorkflowHandle<typeof transferSettlementWorkflow>;
+type StartedHandle = WorkflowHandleWithFirstExecutionRunId<typeof transferSettlementWorkflow>;
+
+interface Payout {
+  companyId: string;
+  walletId: string;
+  transferId: string;
+  workflowId: string;
+  idempotencyKey: string;
+  amount: bigint;
+  outAmount: bigint;
+  input: TransferSettlementInput;
+}
+
+/**
+ * The sandbox rail the worker runs, with per-transfer hooks: a test can make one transfer's
+ * submission throw (transiently or for good) without touching any other. Counts every call.
+ */
+function createObservedRail() {
+  const inner = createSandboxAchRail();
+  const submitFaults = new Map<string, (attempt: number) => Error | undefined>();
+  const submits = new Map<string, number>();
+  const polls = new Map<string, number>();
+  const rail: PayoutRail = {
+    async submit(request: PayoutRequest) {
+      const attempt = (submits.get(request.transferId) ?? 0) + 1;
+      submits.set(request.transferId, attempt);
+      const fault = submitFaults.get(request.transferId)?.(attempt);
+      if (fault) throw fault;
+      return inner.submit(request);
+    },
+    async status(reference: string) {
+      polls.set(reference, (polls.get(reference) ?? 0) + 1);
+      return inner.status(reference);
+    },
+  };
+  return { rail, inner, submitFaults, submits, polls };
+}
+
+describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox ACH rail)', () => {
+  let env: TestWorkflowEnvironment;
+  let database: TestDatabase;
+  let appSql: Sql;
+  let worker: Worker;
+  let running: Promise<void>;
+  let observed: ReturnType<typeof createObservedRail>;
+  let tenantNumber = 0;
+
+  before(async () => {
+    [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
+    // The worker's pool is the application's: payments_app, under row-level security.
+    appSql = createSql({
+      url: database.url,
+      poolMax: 5,
+      connectTimeoutS: 10,
+      idleTimeoutS: 5,
+      statementTimeoutMs: 10_000,
+      applicationName: 'payments-test-worker',
+      role: APP_ROLE,
+    });
+    // The time-skipping server knows only the built-in search attributes: the workflow upserts the
+    // custom ones, so they must be registered (as bin/start.ts does on the dev server). Those that
+    // createTimeSkippingEnv registered already answer ALREADY_EXISTS.
+    for (const key of Object.values(SEARCH_ATTRIBUTES)) {
+      await env.connection.operatorService
+        .addSearchAttributes({
+          namespace: env.namespace ?? 'default',
+          searchAttributes: { [key.name]: protos.temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD },
+        })
+        .catch((error: { code?: number }) => {
+          if (error.code !== 6) throw error; // 6 = ALREADY_EXISTS
+        });
+    }
+    observed = createObservedRail();
+    worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue: TASK_QUEUES.core,
+      workflowBundle: await testWorkflowBundle(),
+      activities: createActivities({
+        sql: appSql,
+        rails: { sandbox: observed.rail, live: createUnconfiguredLiveRail() },
+      }),
+    });
+    running = worker.run();
+  });
+  after(async () => {
+    worker.shutdown();
+    await running;
+    await appSql.end({ timeout: 5 });
+    await Promise.all([env.teardown(), database.drop()]);
+  });
+
+  /** A fresh tenant (10000 USDC in its sandbox wallet) and a pending ACH payout of `amount` USDC from it. */
+  async function createPayout(amount: string, timing: Partial<TransferSettlementInput> = {}): Promise<Payout> {
+    tenantNumber += 1;
+    const tenant = await provisionTenant(
+      database.sql,
+      { name: `Payout tenant ${tenantNumber}`, ownerEmail: `payout${tenantNumber}-${process.pid}@tenant.example` },
+      SYSTEM_ACTOR,
+    );
+    const companyId = tenant.company.id;
+    const scope = { companyId, environment: 'sandbox' as const };
+    const [whole, fraction = ''] = amount.split('.');
+    const amountMinor = BigInt(whole!) * USDC + BigInt(fraction.padEnd(6, '0'));
+    const outAmount = (amountMinor - FEE) / 10_000n; // USDC → USD cents at 1:1, rounded down
+    const idempotencyKey = `payout-${tenantNumber}`;
+    const workflowId = transferWorkflowId(companyId, 'sandbox', idempotencyKey);
+    const transferId = newId('tr');
+    await withTenant(database.sql, companyId, async (tx) => {
+      const bankAccountId = `ba_${randomBytes(16).toString('hex')}`;
+      await insertExternalAccount(tx, {
+        id: bankAccountId,
+        ...scope,
+        rail: 'ach',
+        currency: 'USD',
+        label: 'Test checking',
+        routingNumber: '110000000',
+        accountLast4: '6789',
+      });
+      const clearingAccountId = await systemAccount(tx, scope, 'USDC', 'rail_clearing', () => newId('sys'));
+      await createRailTransfer(tx, {
+        id: transferId,
+        holdId: newId('hold'),
+        ...scope,
+        idempotencyKey,
+        workflowId,
+        amount: amountMinor,
+        currency: 'USDC',
+        sourceAccountId: tenant.sandbox.usdcWalletId,
+        clearingAccountId,
+        destinationExternalAccountId: bankAccountId,
+        outAmount,
+        outCurrency: 'USD',
+        feeAmount: FEE,
+        fxRate: '1',
+      });
+    });
+    return {
+      companyId,
+      walletId: tenant.sandbox.usdcWalletId,
+      transferId,
+      workflowId,
+      idempotencyKey,
+      amount: amountMinor,
+      outAmount,
+      input: { transferId, companyId, environment: 'sandbox', ...timing },
+    };
+  }
+
+  function start(payout: Payout): Promise<StartedHandle> {
+    return env.client.workflow.start<typeof transferSettlementWorkflow>(TRANSFER_SETTLEMENT_WORKFLOW, {
+      workflowId: payout.workflowId,
+      taskQueue: TASK_QUEUES.core,
+      args: [payout.input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+    });
+  }
+
+  function awaitOutcome(handle: Handle, payout: Payout, waitMs = 5000): Promise<TransferSnapshot> {
+    return handle.executeUpdate(awaitTransferOutcomeUpdate, { args: [{ waitMs }], updateId: payout.idempotencyKey });
+  }
+
+  async function wallet(payout: Payout) {
+    const account = await withTenant(database.sql, payout.companyId, (tx) =>
+      findLedgerAccount(tx, { companyId: payout.companyId, environment: 'sandbox' }, payout.walletId),
+    );
+    return balancesOf(account!);
+  }
+
+  /** Posted balance of each platform-side account that settlement touches, by purpose and currency. */
+  async function systemBalances(payout: Payout): Promise<Record<string, bigint>> {
+    const rows = await withTenant(
+      database.sql,
+      payout.companyId,
+      (tx) => tx<{ system_purpose: string; currency: string; posted: bigint }[]>`
+        select system_purpose, currency, posted from ledger_accounts
+        where company_id = ${payout.companyId} and environment = 'sandbox' and type = 'system'
+          and system_purpose in ('fees', 'fx', 'ach_payouts')`,
+    );
+    return Object.fromEntries(rows.map((row) => [`${row.system_purpose} ${row.currency}`, row.posted]));
+  }
+
+  /** Money is conserved: per currency, posted balances sum to zero and every hold has its two sides. */
+  async function assertConserved(payout: Payout): Promise<void> {
+    const rows = await withTenant(
+      database.sql,
+      payout.companyId,
+      (tx) => tx<{ currency: string; posted: bigint; pending_debits: bigint; pending_credits: bigint }[]>`
+        select currency, sum(posted)::bigint as posted, sum(pending_debits)::bigint as pending_debits,
+               sum(pending_credits)::bigint as pending_credits
+        from ledger_accounts where company_id = ${payout.companyId} and environment = 'sandbox' group by currency`,
+    );
+    for (const row of rows) {
+      assert.equal(row.posted, 0n, `posted balances of ${row.currency} sum to zero`);
+      assert.equal(row.pending_debits, row.pending_credits, `holds in ${row.currency} balance`);
+    }
+  }
+
+  async function assertWalletRestored(payout: Payout): Promise<void> {
+    assert.deepEqual(await wallet(payout), { available: WALLET_START, pending: 0n, posted: WALLET_START });
+    await assertConserved(payout);
+  }
+
+  async function assertWalletDebited(payout: Payout): Promise<void> {
+    const debited = WALLET_START - payout.amount;
+    assert.deepEqual(await wallet(payout), { available: debited, pending: 0n, posted: debited });
+    assert.deepEqual(await systemBalances(payout), {
+      'fees USDC': FEE,
+      'fx USDC': payout.amount - FEE,
+      'fx USD': -payout.outAmount,
+      'ach_payouts USD': payout.outAmount,
+    });
+    await assertConserved(payout);
+  }
+
+  async function assertHeld(payout: Payout): Promise<void> {
+    assert.deepEqual(await wallet(payout), {
+      available: WALLET_START - payout.amount,
+      pending: -payout.amount,
+      posted: WALLET_START,
+    });
+    await assertConserved(payout);
+  }
+
+  async function statuses(payout: Payout): Promise<string[]> {
+    return (await transferHistory(database.sql, payout.transferId)).map((change) => change.status);
+  }
+
+  async function assertSearchAttributes(handle: Handle, payout: Payout, status: string): Promise<void> {
+    const attributes = (await handle.describe()).typedSearchAttributes;
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.companyId), payout.companyId);
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.objectId), payout.transferId);
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.environment), 'sandbox');
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.objectStatus), status);
+  }
+
+  /** Replays the run's history with the current bundle; records it for later versions when asked. */
+  async function replay(handle: Handle, recordAs?: string): Promise<temporal.api.history.v1.IHistory> {
+    const history = await handle.fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
+    if (recordAs && process.env.UPDATE_HISTORIES === '1') {
+      await writeFile(join(HISTORIES_DIR, `${HISTORY_PREFIX}${recordAs}.history.json`), historyToJSON(history));
+    }
+    return history;
+  }
+
+  function elapsedMs(history: temporal.api.history.v1.IHistory): number {
+    const seconds = (event: temporal.api.history.v1.IHistoryEvent | undefined) =>
+      Number(event?.eventTime?.seconds ?? 0) * 1000 + Math.floor((event?.eventTime?.nanos ?? 0) / 1e6);
+    const events = history.events ?? [];
+    return seconds(events.at(-1)) - seconds(events[0]);
+  }
+
+  it('documents the sandbox magic amounts', () => {
+    assert.deepEqual(
+      SANDBOX_MAGIC.map((magic) => [magic.cents, magic.submit, magic.status]),
+      [
+        [13, 'failed', 'failed'],
+        [14, 'confirmed', 'returned'],
+        [15, 'pending', 'pending'],
+      ],
+    );
+  });
+
+  it('settles at once for an ordinary amount, then closes the return window', async () => {
+    const payout = await createPayout('100.00');
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'settled');
+    assert.match(answer.railReference ?? '', /^sbx_ach_ok_tr_/);
+    await assertWalletDebited(payout);
+    await assertSearchAttributes(handle, payout, 'settled');
+
+    const final = await handle.result(); // skips the 60-day return window, polled daily
+    assert.deepEqual(final, { ...answer, failureReason: null });
+    assert.equal(observed.polls.get(answer.railReference!), 60);
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
+    const history = await replay(handle, 'settled');
+    const elapsed = elapsedMs(history);
+    assert.ok(elapsed >= 60 * DAY_MS && elapsed < 61 * DAY_MS, `the return window lasted 60 days (${elapsed} ms)`);
+  });
+
+  it('fails at once when the bank refuses (.13), and the hold is voided', async () => {
+    const payout = await createPayout('100.13');
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'failed');
+    assert.equal(answer.failureReason, 'R01 insufficient funds at receiving bank');
+    assert.deepEqual(await handle.result(), answer);
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'failed']);
+    await assert.rejects(
+      env.client.workflow
+        .getHandle(payout.workflowId)
+        .executeUpdate(awaitTransferOutcomeUpdate, { args: [{ waitMs: -1 }] }),
+      'a completed run takes no more updates',
+    );
+    await assertWalletRestored(payout);
+    await assertSearchAttributes(handle, payout, 'failed');
+    await replay(handle, 'failed');
+  });
+
+  it('waits on a slow payout (.15) and settles when the rail confirms by signal', async () => {
+    const payout = await createPayout('250.15', { returnWindowMs: 2 * DAY_MS });
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'processing');
+    assert.match(answer.railReference ?? '', /^sbx_ach_slow_tr_/);
+    await assertHeld(payout);
+    await assertSearchAttributes(handle, payout, 'processing');
+
+    await assert.rejects(
+      handle.executeUpdate(awaitTransferOutcomeUpdate, { args: [{ waitMs: -1 }] }),
+      WorkflowUpdateFailedError,
+      'the validator refuses a negative wait',
+    );
+    // A return before settlement makes no sense: ignored (and logged).
+    await handle.signal(railReturnedSignal, { reason: 'too early' });
+    await env.sleep('150 minutes'); // two polls, and between polls when the signal comes: still pending
+    assert.equal((await handle.query(transferSnapshotQuery)).status, 'processing');
+    await handle.signal(railConfirmedSignal);
+    const final = await handle.result();
+    assert.equal(final.status, 'settled');
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
+    await assertSearchAttributes(handle, payout, 'settled');
+    await replay(handle, 'slow-confirmed');
+  });
+
+  it('fails a slow payout when the rail fails it by signal, and the hold is voided', async () => {
+    const payout = await createPayout('40.15');
+    const handle = await start(payout);
+    assert.equal((await awaitOutcome(handle, payout)).status, 'processing');
+    await handle.signal(railFailedSignal, { reason: 'R02 account closed' });
+    // A second verdict is ignored: the first one decided.
+    await handle.signal(railConfirmedSignal);
+    const final = await handle.result();
+    assert.deepEqual(final, { ...final, status: 'failed', failureReason: 'R02 account closed' });
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'failed']);
+    await assertWalletRestored(payout);
+    await replay(handle, 'slow-failed');
+  });
+
+  it('expires a slow payout after 3 days without confirmation, polling hourly, and voids the hold', async () => {
+    const payout = await createPayout('75.15');
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'processing');
+    const final = await handle.result();
+    assert.equal(final.status, 'failed');
+    assert.equal(final.failureReason, EXPIRED_REASON);
+    assert.equal(observed.polls.get(answer.railReference!), 72);
+    await assertWalletRestored(payout);
+    await assertSearchAttributes(handle, payout, 'failed');
+    const history = await replay(handle, 'expired');
+    const elapsed = elapsedMs(history);
+    assert.ok(elapsed >= 3 * DAY_MS && elapsed < 3 * DAY_MS + HOUR_MS, `expired after 3 days (${elapsed} ms)`);
+  });
+
+  it('reverses a settled payout that the rail reports returned (.14): full amount back, fee and FX reversed', async () => {
+    const payout = await createPayout('500.14', { returnPollMs: HOUR_MS });
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'settled');
+    await assertWalletDebited(payout);
+    const final = await handle.result(); // the first poll, an hour later, finds the return
+    assert.equal(final.status, 'returned');
+    assert.equal(final.failureReason, 'R03 no account');
+    assert.equal(observed.polls.get(answer.railReference!), 1);
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled', 'returned']);
+    await assertWalletRestored(payout);
+    assert.deepEqual(await systemBalances(payout), {
+      'fees USDC': 0n,
+      'fx USDC': 0n,
+      'fx USD': 0n,
+      'ach_payouts USD': 0n,
+    });
+    await assertSearchAttributes(handle, payout, 'returned');
+    await replay(handle, 'returned-by-poll');
+  });
+
+  it('reverses a settled payout returned by signal, and ignores signals that make no sense', async () => {
+    const payout = await createPayout('20.00');
+    const handle = await start(payout);
+    assert.equal((await awaitOutcome(handle, payout)).status, 'settled');
+    await handle.signal(railFailedSignal, { reason: 'too late' }); // ignored: already settled
+    // Skipped time ends between two polls: the Java test server mishandles a signal that lands in
+    // the same instant as a timer firing ("invalid history builder state for action").
+    await env.sleep('36 hours');
+    await handle.signal(railReturnedSignal, { reason: 'R10 customer advises not authorized' });
+    const final = await handle.result();
+    assert.equal(final.status, 'returned');
+    assert.equal(final.failureReason, 'R10 customer advises not authorized');
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled', 'returned']);
+    await assertWalletRestored(payout);
+    assert.deepEqual(await systemBalances(payout), {
+      'fees USDC': 0n,
+      'fx USDC': 0n,
+      'fx USD': 0n,
+      'ach_payouts USD': 0n,
+    });
+    await replay(handle, 'returned-by-signal');
+  });
+
+  it('joins the running workflow on a duplicate start, and the same update ID answers once', async () => {
+    const payout = await createPayout('60.15', { confirmationTimeoutMs: 2 * HOUR_MS, returnWindowMs: HOUR_MS });
+    const first = await start(payout);
+    const second = await start(payout);
+    assert.equal(second.firstExecutionRunId, first.firstExecutionRunId);
+    const answer = await awaitOutcome(first, payout);
+    assert.equal(answer.status, 'processing');
+    await first.signal(railConfirmedSignal);
+    await waitFor('settlement', async () => (await first.query(transferSnapshotQuery)).status === 'settled');
+    // Now a new update would answer 'settled': the same update ID returns the first result instead.
+    assert.deepEqual(await awaitOutcome(second, payout), answer, 'the same update ID returns the first result');
+    assert.equal(observed.submits.get(payout.transferId), 1, 'submitted to the rail once');
+    const history = await replay(first);
+    const accepted = (history.events ?? []).filter((event) => event.workflowExecutionUpdateAcceptedEventAttributes);
+    assert.equal(accepted.length, 1, 'one update in the history');
+    assert.equal((await first.result()).status, 'settled');
+  });
+
+  it('answers update-with-start from a client: settled for an ordinary amount, processing for a slow one', async () => {
+    for (const [amount, expected] of [
+      ['30.00', 'settled'],
+      ['30.15', 'processing'],
+    ] as const) {
+      const payout = await createPayout(amount, { confirmationTimeoutMs: HOUR_MS, returnWindowMs: HOUR_MS });
+      const updateWithStart = () => {
+        const startWorkflowOperation = new WithStartWorkflowOperation<typeof transferSettlementWorkflow>(
+          TRANSFER_SETTLEMENT_WORKFLOW,
+          {
+            workflowId: payout.workflowId,
+            taskQueue: TASK_QUEUES.core,
+            args: [payout.input],
+            workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+          },
+        );
+        return {
+          startWorkflowOperation,
+          answer: env.client.workflow.executeUpdateWithStart(awaitTransferOutcomeUpdate, {
+            startWorkflowOperation,
+            args: [{ waitMs: 5000 }],
+            updateId: payout.idempotencyKey,
+          }),
+        };
+      };
+      const first = updateWithStart();
+      const answer = await first.answer;
+      assert.equal(answer.status, expected, `${amount} USDC answers ${expected}`);
+      const handle = await first.startWorkflowOperation.workflowHandle();
+      // The API's retry: the same key joins the same run and gets the same answer.
+      const retry = updateWithStart();
+      assert.deepEqual(await retry.answer, answer);
+      const runId = (await handle.describe()).runId;
+      assert.equal((await (await retry.startWorkflowOperation.workflowHandle()).describe()).runId, runId);
+      assert.equal(observed.submits.get(payout.transferId), 1);
+      const final = await handle.result();
+      assert.equal(final.status, expected === 'settled' ? 'settled' : 'failed');
+      await replay(handle);
+    }
+  });
+
+  it('retries a submission that fails transiently, and the rail sees one payout', async () => {
+    const payout = await createPayout('80.00', { returnWindowMs: HOUR_MS });
+    observed.submitFaults.set(payout.transferId, (attempt) =>
+      attempt <= 2 ? new Error('connection reset by the bank') : undefined,
+    );
+    const handle = await start(payout);
+    const final = await handle.result(); // time skipping jumps over the retry backoff
+    assert.equal(final.status, 'settled');
+    assert.equal(observed.submits.get(payout.transferId), 3);
+    assert.equal(observed.inner.submissionCount() > 0, true);
+    await assertWalletDebited(payout);
+    await replay(handle);
+  });
+
+  it('submits again at the next poll when every attempt failed and the outcome is unknown', async () => {
+    const payout = await createPayout('85.00', { returnWindowMs: HOUR_MS });
+    // Ten attempts (the activity's maximum) time out at the bank: the rail may or may not have the payout.
+    observed.submitFaults.set(payout.transferId, (attempt) =>
+      attempt <= 10 ? new Error('bank gateway timeout') : undefined,
+    );
+    const handle = await start(payout);
+    const pending = await awaitOutcome(handle, payout, 0);
+    assert.equal(pending.status, 'pending', 'nothing is known yet');
+    const final = await handle.result(); // an hour later the idempotent submission is made again
+    assert.equal(final.status, 'settled');
+    assert.equal(observed.submits.get(payout.transferId), 11);
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
+    await replay(handle);
+  });
+
+  it('fails the run for a transfer that does not exist, without calling the rail', async () => {
+    const payout = await createPayout('10.00');
+    const missing = { ...payout, transferId: newId('tr'), workflowId: `${payout.workflowId}-missing` };
+    missing.input = { ...payout.input, transferId: missing.transferId };
+    const handle = await start(missing);
+    await assert.rejects(handle.result(), (error: unknown) => {
+      assert.ok(error instanceof WorkflowFailedError);
+      assert.ok(error.cause instanceof ActivityFailure);
+      assert.ok(error.cause.cause instanceof ApplicationFailure);
+      assert.equal(error.cause.cause.type, 'TransferNotFound');
+      return true;
+    });
+    assert.equal(observed.submits.get(missing.transferId), undefined);
+    await assertHeld(payout); // the real transfer is untouched
+  });
+
+  it('fails the transfer and voids the hold when the submission is refused for good', async () => {
+    const payout = await createPayout('90.00');
+    observed.submitFaults.set(payout.transferId, () =>
+      ApplicationFailure.nonRetryable('destination account frozen', 'RailRefused'),
+    );
+    const handle = await start(payout);
+    const answer = await awaitOutcome(handle, payout);
+    assert.equal(answer.status, 'failed');
+    assert.equal(answer.failureReason, 'submission refused: destination account frozen');
+    assert.deepEqual(await handle.result(), answer);
+    assert.equal(observed.submits.get(payout.transferId), 1, 'a refusal is not retried');
+    assert.deepEqual(await statuses(payout), ['pending', 'failed']);
+    await assertWalletRestored(payout);
+    await replay(handle);
+  });
+
+  it('replays every recorded history of an earlier version without non-determinism', async () => {
+    const files = (await readdir(HISTORIES_DIR)).filter((file) => file.startsWith(HISTORY_PREFIX)).sort();
+    assert.deepEqual(
+      files,
+      RECORDED_PATHS.map((path) => `${HISTORY_PREFIX}${path}.history.json`).sort(),
+      'one recorded history per main path (record them with UPDATE_HISTORIES=1)',
+    );
+    for (const file of files) {
+      const history = historyFromJSON(JSON.parse(await readFile(join(HISTORIES_DIR, file), 'utf8')));
+      await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, `recorded/${file}`);
+    }
+  });
+});

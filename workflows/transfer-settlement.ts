@@ -1,0 +1,329 @@
+import {
+  ActivityFailure,
+  allHandlersFinished,
+  ApplicationFailure,
+  condition,
+  log,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import type { TransferActivities } from '../activities/transfers.ts';
+import type { PayoutStatus, PayoutSubmission } from '../activities/rails/types.ts';
+import { DAY_MS, HOUR_MS, SECOND_MS } from './shared/durations.ts';
+import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
+import {
+  awaitTransferOutcomeUpdate,
+  railConfirmedSignal,
+  railFailedSignal,
+  railReturnedSignal,
+  transferSnapshotQuery,
+  type TransferSettlementInput,
+  type TransferSnapshot,
+} from './shared/transfer-settlement.ts';
+
+export const CONFIRMATION_POLL_MS_DEFAULT = HOUR_MS;
+export const CONFIRMATION_TIMEOUT_MS_DEFAULT = 3 * DAY_MS;
+export const RETURN_POLL_MS_DEFAULT = DAY_MS;
+export const RETURN_WINDOW_MS_DEFAULT = 60 * DAY_MS;
+/** The longest an awaitTransferOutcome update holds the caller (an HTTP request waits on it). */
+export const AWAIT_OUTCOME_MAX_MS = 10 * SECOND_MS;
+/**
+ * Upper bound on rail polls per phase (confirmation, return window). A poll interval too short for
+ * its window is stretched to window / POLLS_PER_PHASE_MAX, so the loops stay bounded whatever the input.
+ */
+export const POLLS_PER_PHASE_MAX = 400;
+export const EXPIRED_REASON = 'expired: no confirmation from the rail';
+const REASON_LENGTH_MAX = 500;
+const TIMING_MS_MAX = 365 * DAY_MS;
+
+// Submitting is idempotent at the rail (keyed by the transfer ID), so an attempt whose answer was lost
+// is simply made again. When every attempt fails transiently the rail may still hold the payout: the
+// confirmation loop keeps re-submitting until it gets an answer or the payout expires.
+const { submitTransferToRail } = proxyActivities<TransferActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
+});
+
+// Ledger writes: each is one short, idempotent transaction. They must happen eventually, so they
+// retry for about two hours before the run fails and shows up for an operator.
+const { settleTransfer, failTransfer, returnTransfer } = proxyActivities<TransferActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes', maximumAttempts: 30 },
+});
+
+// A poll is best effort: a failed one is logged and the next interval polls again.
+const { pollRail } = proxyActivities<TransferActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 5 },
+});
+
+type Verdict = { outcome: 'confirmed' } | { outcome: 'failed'; reason: string };
+type Phase = 'submitting' | 'confirming' | 'settling' | 'failing' | 'watching_returns' | 'returning' | 'done';
+
+function positiveMs(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < 1 || value > TIMING_MS_MAX) {
+    throw ApplicationFailure.nonRetryable(
+      `${name} must be an integer between 1 and ${TIMING_MS_MAX} ms.`,
+      'InvalidSettlementInput',
+    );
+  }
+  return value;
+}
+
+/** Stretches the poll interval so that one window needs at most POLLS_PER_PHASE_MAX polls. */
+function pollInterval(pollMs: number, windowMs: number): number {
+  return Math.max(pollMs, Math.ceil(windowMs / POLLS_PER_PHASE_MAX));
+}
+
+function reasonFrom(payload: { reason?: unknown } | undefined, fallback: string): string {
+  const reason = typeof payload?.reason === 'string' ? payload.reason.trim() : '';
+  return (reason || fallback).slice(0, REASON_LENGTH_MAX);
+}
+
+function isRefusal(error: ActivityFailure): boolean {
+  return error.cause instanceof ApplicationFailure && error.cause.nonRetryable === true;
+}
+
+/**
+ * Settles one external-rail payout (DESIGN contract 4): submit to the rail, then settle, fail or
+ * expire on the rail's answer; after settlement, watch the return window and reverse a return.
+ *
+ * A saga over the hold the API placed when it created the transfer: its undo, failTransfer (which
+ * voids the hold), is registered with the submission, the step whose outcome can be ambiguous, and
+ * runs whenever the payout does not go through.
+ *
+ * No continue-as-new: each loop is bounded by POLLS_PER_PHASE_MAX (about 11 history events per
+ * poll: timer, activity, workflow tasks), so even a pathological input stays under 9,000 events,
+ * and the defaults (hourly for 3 days, daily for 60 days) under 1,500 — inside Temporal's history
+ * warning threshold (10,240 events) and far from its limit (51,200).
+ */
+export async function transferSettlementWorkflow(input: TransferSettlementInput): Promise<TransferSnapshot> {
+  if (!input?.transferId || !input.companyId || (input.environment !== 'sandbox' && input.environment !== 'live')) {
+    throw ApplicationFailure.nonRetryable(
+      'transferId, companyId and environment are required.',
+      'InvalidSettlementInput',
+    );
+  }
+  const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
+  const confirmationTimeoutMs = positiveMs(
+    'confirmationTimeoutMs',
+    input.confirmationTimeoutMs,
+    CONFIRMATION_TIMEOUT_MS_DEFAULT,
+  );
+  const confirmationPollMs = pollInterval(
+    positiveMs('confirmationPollMs', input.confirmationPollMs, CONFIRMATION_POLL_MS_DEFAULT),
+    confirmationTimeoutMs,
+  );
+  const returnWindowMs = positiveMs('returnWindowMs', input.returnWindowMs, RETURN_WINDOW_MS_DEFAULT);
+  const returnPollMs = pollInterval(
+    positiveMs('returnPollMs', input.returnPollMs, RETURN_POLL_MS_DEFAULT),
+    returnWindowMs,
+  );
+
+  let snapshot: TransferSnapshot = {
+    transferId: ref.transferId,
+    status: 'pending',
+    railReference: null,
+    failureReason: null,
+  };
+  let phase: Phase = 'submitting';
+  /** Set once the rail's first answer has been applied (processing, settled or failed). */
+  let firstOutcomeApplied = false;
+  /** The rail's answer on a payout it accepted as pending: from a signal or a poll. */
+  let verdict: Verdict | undefined;
+  let returned: { reason: string } | undefined;
+
+  const publishStatus = () =>
+    upsertSearchAttributes([
+      { key: SEARCH_ATTRIBUTES.companyId, value: ref.companyId },
+      { key: SEARCH_ATTRIBUTES.objectId, value: ref.transferId },
+      { key: SEARCH_ATTRIBUTES.environment, value: ref.environment },
+      { key: SEARCH_ATTRIBUTES.objectStatus, value: snapshot.status },
+    ]);
+  const adopt = (next: TransferSnapshot) => {
+    const changed = next.status !== snapshot.status;
+    snapshot = next;
+    if (changed) publishStatus();
+  };
+  publishStatus();
+
+  setHandler(transferSnapshotQuery, () => snapshot);
+  setHandler(
+    awaitTransferOutcomeUpdate,
+    async ({ waitMs }) => {
+      const outcomeKnown = () => firstOutcomeApplied && snapshot.status !== 'pending';
+      const timeoutMs = Math.min(waitMs, AWAIT_OUTCOME_MAX_MS);
+      if (!outcomeKnown() && timeoutMs > 0) await condition(outcomeKnown, timeoutMs);
+      return snapshot;
+    },
+    {
+      validator: (options: { waitMs: number } | undefined) => {
+        const waitMs: unknown = options?.waitMs;
+        if (typeof waitMs !== 'number' || !Number.isFinite(waitMs) || waitMs < 0) {
+          throw new Error('waitMs must be a non-negative number of milliseconds');
+        }
+      },
+    },
+  );
+  const acceptVerdict = (signal: string, next: Verdict) => {
+    if ((phase === 'submitting' || phase === 'confirming') && verdict === undefined) {
+      verdict = next;
+      log.info('rail verdict received', { signal, transferId: ref.transferId, outcome: next.outcome });
+    } else {
+      log.warn('signal ignored: it makes no sense in this state', {
+        signal,
+        transferId: ref.transferId,
+        status: snapshot.status,
+        phase,
+      });
+    }
+  };
+  setHandler(railConfirmedSignal, () => acceptVerdict('railConfirmed', { outcome: 'confirmed' }));
+  setHandler(railFailedSignal, (payload) =>
+    acceptVerdict('railFailed', { outcome: 'failed', reason: reasonFrom(payload, 'failed by the rail') }),
+  );
+  setHandler(railReturnedSignal, (payload) => {
+    if ((phase === 'settling' || phase === 'watching_returns') && returned === undefined) {
+      returned = { reason: reasonFrom(payload, 'returned by the bank') };
+      log.info('rail return received', { transferId: ref.transferId });
+    } else {
+      log.warn('signal ignored: it makes no sense in this state', {
+        signal: 'railReturned',
+        transferId: ref.transferId,
+        status: snapshot.status,
+        phase,
+      });
+    }
+  });
+
+  const finish = async (): Promise<TransferSnapshot> => {
+    phase = 'done';
+    firstOutcomeApplied = true;
+    await condition(allHandlersFinished);
+    log.info('transfer settlement finished', { ...snapshot });
+    return snapshot;
+  };
+
+  // The saga's undo, registered with the step it undoes: voids the hold. Idempotent, so it is also
+  // what runs when the transfer turns out to be past the point of failing (it returns it unchanged).
+  const undoSubmission = async (reason: string) => {
+    phase = 'failing';
+    adopt(await failTransfer({ ...ref, reason }));
+  };
+
+  /** One submission; undefined when the answer is unknown (every attempt failed transiently). */
+  let refused: string | undefined;
+  const submit = async (): Promise<PayoutSubmission | undefined> => {
+    try {
+      return await submitTransferToRail(ref);
+    } catch (error) {
+      if (!(error instanceof ActivityFailure)) throw error;
+      if (isRefusal(error)) {
+        refused = `submission refused: ${error.cause?.message ?? error.message}`;
+        return undefined;
+      }
+      log.warn('rail submission outcome unknown; submitting again at the next poll', {
+        transferId: ref.transferId,
+        error: error.message,
+      });
+      return undefined;
+    }
+  };
+  const poll = async (reference: string): Promise<PayoutStatus | undefined> => {
+    try {
+      return await pollRail({ environment: ref.environment, reference });
+    } catch (error) {
+      if (!(error instanceof ActivityFailure)) throw error;
+      log.warn('rail poll failed; polling again at the next interval', {
+        transferId: ref.transferId,
+        error: error.message,
+      });
+      return undefined;
+    }
+  };
+
+  // 1. Submit, and wait for the rail's verdict (at once, by signal, or by polling) until the
+  //    confirmation times out.
+  const confirmationDeadline = Date.now() + confirmationTimeoutMs;
+  let submission: PayoutSubmission | undefined;
+  let decided: Verdict | undefined;
+  for (let round = 0; round <= POLLS_PER_PHASE_MAX + 1 && decided === undefined; round++) {
+    if (submission === undefined) {
+      submission = await submit();
+      if (refused !== undefined) {
+        await undoSubmission(refused);
+        return finish();
+      }
+      if (submission !== undefined) {
+        phase = 'confirming';
+        if (submission.outcome === 'pending') {
+          adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
+          firstOutcomeApplied = true;
+        } else {
+          // The rail's own synchronous answer wins over any signal that raced it. The update keeps
+          // waiting (firstOutcomeApplied stays false) until the answer is applied.
+          adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
+          decided =
+            submission.outcome === 'confirmed'
+              ? { outcome: 'confirmed' }
+              : { outcome: 'failed', reason: reasonFrom(submission, 'refused by the rail') };
+          break;
+        }
+      }
+    }
+    if (submission !== undefined && verdict !== undefined) {
+      decided = verdict;
+      break;
+    }
+    const remainingMs = confirmationDeadline - Date.now();
+    if (remainingMs <= 0) break;
+    // A signal only decides once the submission is recorded (the transfer is processing, with its
+    // reference); until then the next round submits again and learns the answer from the rail.
+    if (
+      await condition(
+        () => submission !== undefined && verdict !== undefined,
+        Math.min(confirmationPollMs, remainingMs),
+      )
+    ) {
+      continue;
+    }
+    if (submission === undefined) continue;
+    const status = await poll(submission.reference);
+    // A payout the rail reports returned before it confirmed never settled here: it simply failed.
+    if (status?.outcome === 'confirmed') verdict ??= { outcome: 'confirmed' };
+    else if (status?.outcome === 'failed' || status?.outcome === 'returned') {
+      verdict ??= { outcome: 'failed', reason: reasonFrom(status, `${status.outcome} by the rail`) };
+    }
+  }
+  decided ??= { outcome: 'failed', reason: EXPIRED_REASON };
+
+  if (decided.outcome === 'failed') {
+    await undoSubmission(decided.reason);
+    return finish();
+  }
+
+  // 2. Settle: the hold is posted through fees and FX.
+  phase = 'settling';
+  adopt(await settleTransfer(ref));
+  firstOutcomeApplied = true;
+  if (snapshot.status !== 'settled' || snapshot.railReference === null) return finish();
+
+  // 3. The return window: a return signal, or the rail's status on each poll.
+  phase = 'watching_returns';
+  const reference = snapshot.railReference;
+  const returnDeadline = Date.now() + returnWindowMs;
+  for (let round = 0; round <= POLLS_PER_PHASE_MAX + 1 && returned === undefined; round++) {
+    const remainingMs = returnDeadline - Date.now();
+    if (remainingMs <= 0) break;
+    if (await condition(() => returned !== undefined, Math.min(returnPollMs, remainingMs))) break;
+    const status = await poll(reference);
+    if (status?.outcome === 'returned') returned ??= { reason: reasonFrom(status, 'returned by the bank') };
+  }
+  if (returned !== undefined) {
+    phase = 'returning';
+    adopt(await returnTransfer({ ...ref, reason: returned.reason }));
+  }
+  return finish();
+}
