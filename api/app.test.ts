@@ -7,6 +7,8 @@ import type Koa from 'koa';
 import postgres from 'postgres';
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createTransferSigner } from '../services/signing.ts';
+import { PEGGED_RATES } from '../services/quotes.ts';
+import { Client, Connection } from '@temporalio/client';
 import { createApp, createHttpApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 import { defineRoute } from './route.ts';
@@ -180,6 +182,12 @@ describe('operations and docs routes', () => {
       // Health and docs routes never query: a pool that is never used never connects.
       sql: unusedPool,
       signer: createTransferSigner({ sql: unusedPool }),
+      rails: {
+        temporal: new Client({ connection: Connection.lazy({ address: '127.0.0.1:1' }) }),
+        fxRates: PEGGED_RATES,
+        logger,
+        outcomeWaitMs: 1_000,
+      },
       loginPolicy: DEFAULT_LOGIN_POLICY,
       idempotency: { run: (_ctx, _scope, _options, execute) => execute() },
       readiness: {

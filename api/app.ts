@@ -21,6 +21,7 @@ import { getCompanyConfig } from './company/get-company-config.ts';
 import { getAccount, getAccounts } from './v1/accounts.ts';
 import { getTransfer, getTransfers, postTransfer } from './v1/transfers.ts';
 import { getJwks } from './well-known/get-jwks.ts';
+import { sandboxRoutes } from './v1/sandbox.ts';
 
 export interface App {
   koa: Koa;
@@ -45,6 +46,7 @@ export function buildRoutes(deps: AppDeps): RouteDefinition[] {
     postTransfer(deps),
     getTransfers(deps),
     getTransfer(deps),
+    ...sandboxRoutes(deps),
   ];
   routes.push(...docsRoutes(() => routes));
   return routes;

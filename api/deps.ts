@@ -3,6 +3,7 @@ import type { Logger } from '../platform/logger.ts';
 import type { LoginPolicy } from '../services/auth.ts';
 import type { IdempotencyRunner } from './route.ts';
 import type { TransferSigner } from './v1/resources.ts';
+import type { RailTransferDeps } from '../services/rail-transfers.ts';
 
 /** Everything the HTTP app needs, injected: createApp reads no environment and opens no socket. */
 export interface AppDeps {
@@ -18,6 +19,8 @@ export interface AppDeps {
   idempotency: IdempotencyRunner;
   /** Signs every transfer object the API returns; also serves the public keys. */
   signer: TransferSigner & { jwks(): Promise<{ keys: unknown[] }> };
+  /** External rails: the Temporal client that starts settlement workflows, FX rates, wait limits. */
+  rails: Omit<RailTransferDeps, 'sql'>;
 }
 
 declare module 'koa' {

@@ -7,6 +7,7 @@ import { APP_ROLE, createSql, databaseOptionsFromConfig, pingDatabase } from '..
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createIdempotency } from './middleware/idempotency.ts';
 import { createTransferSigner } from '../services/signing.ts';
+import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp } from './app.ts';
 import { closeServer, listen } from './server.ts';
 
@@ -36,6 +37,7 @@ const app = createApp({
     lockMs: config.LOGIN_LOCK_MINUTES * 60_000,
   },
   signer: createTransferSigner({ sql }),
+  rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({
     sql,
     options: { ttlMs: config.IDEMPOTENCY_TTL_HOURS * 3_600_000, leaseMs: config.IDEMPOTENCY_LEASE_MS },

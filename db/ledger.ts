@@ -130,6 +130,8 @@ export interface LedgerTransfer {
   /** External rails (Shape A): the bank account and the payout quote. */
   payout: { externalAccountId: string; outAmount: bigint; outCurrency: string; feeAmount: bigint; fxRate: string } | null;
   failureReason: string | null;
+  /** External rails: the settlement workflow's ID. */
+  workflowId: string | null;
   version: number;
   createdAt: Date;
   updatedAt: Date;
@@ -152,6 +154,7 @@ interface TransferRow {
   fee_amount: bigint | null;
   fx_rate: string | null;
   failure_reason: string | null;
+  workflow_id: string | null;
   version: number;
   created_at: Date;
   updated_at: Date;
@@ -180,6 +183,7 @@ function toTransfer(row: TransferRow): LedgerTransfer {
           }
         : null,
     failureReason: row.failure_reason,
+    workflowId: row.workflow_id,
     version: row.version,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
@@ -188,7 +192,7 @@ function toTransfer(row: TransferRow): LedgerTransfer {
 
 const TRANSFER_COLUMNS =
   'id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id, ' +
-  'destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, failure_reason, version, created_at, updated_at';
+  'destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, failure_reason, workflow_id, version, created_at, updated_at';
 
 /**
  * A ledger-rail transfer, settled at once: the transfer row, its two posted entries (balances move

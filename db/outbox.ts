@@ -55,7 +55,7 @@ export async function insertOutboxEntry(tx: TransactionSql | Sql, entry: NewOutb
     on conflict (workflow_id) do nothing`;
 }
 
-export async function findOutboxEntry(sql: Sql, workflowId: string): Promise<OutboxEntry | undefined> {
+export async function findOutboxEntry(sql: Sql | TransactionSql, workflowId: string): Promise<OutboxEntry | undefined> {
   const [row] = await sql<OutboxRow[]>`
     select id, company_id, workflow_type, workflow_id, task_queue, payload, created_at, dispatched_at, attempts
     from outbox where workflow_id = ${workflowId}`;

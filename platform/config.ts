@@ -34,6 +34,7 @@ export const ZConfig = z.object({
   LOGIN_LOCK_MINUTES: ZPositiveInt.max(7 * 24 * 60).default(60),
   IDEMPOTENCY_TTL_HOURS: ZPositiveInt.min(24).max(24 * 30).default(24),
   IDEMPOTENCY_LEASE_MS: ZPositiveInt.min(1000).max(600_000).default(60_000),
+  TRANSFER_OUTCOME_WAIT_MS: ZPositiveInt.max(10_000).default(3_000),
   SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
   PUBLIC_BASE_URL: z.url().optional(),
 });

@@ -1,5 +1,7 @@
 import type { Server } from 'node:http';
 import { pino } from 'pino';
+import { Client, Connection } from '@temporalio/client';
+import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp, type App } from '../api/app.ts';
 import { createIdempotency } from '../api/middleware/idempotency.ts';
 import { closeServer, listen } from '../api/server.ts';
@@ -23,7 +25,9 @@ export interface TestApp {
 }
 
 /** The real app on a real listener, over a private database, with the app pool under RLS. */
-export async function startTestApp(options: { loginPolicy?: Partial<LoginPolicy> } = {}): Promise<TestApp> {
+export async function startTestApp(
+  options: { loginPolicy?: Partial<LoginPolicy>; temporal?: Client; outcomeWaitMs?: number } = {},
+): Promise<TestApp> {
   const database = await createTestDatabase();
   const appSql = createSql({
     url: database.url,
@@ -40,6 +44,14 @@ export async function startTestApp(options: { loginPolicy?: Partial<LoginPolicy>
     logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
     sql: appSql,
     signer,
+    rails: {
+      // Tests that start settlement workflows pass a time-skipping environment's client; for the
+      // others a lazy connection that is never used never connects.
+      temporal: options.temporal ?? new Client({ connection: Connection.lazy({ address: '127.0.0.1:1' }) }),
+      fxRates: PEGGED_RATES,
+      logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
+      outcomeWaitMs: options.outcomeWaitMs ?? 3_000,
+    },
     readiness: { postgres: async () => true },
     limits: { bodyLimitBytes: 256 * 1024 },
     loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },

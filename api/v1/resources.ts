@@ -18,8 +18,33 @@ export function accountResource(account: LedgerAccount) {
   };
 }
 
-/** Response B of SPEC 4.2 (integer minor units), plus the accounts it moved money between. */
-export function ledgerTransferResource(transfer: LedgerTransfer, history?: StatusChange[]) {
+function historyResource(history: StatusChange[] | undefined) {
+  return history
+    ? { status_history: history.map((change) => ({ status: change.status, at: change.occurredAt.toISOString(), reason: change.reason })) }
+    : {};
+}
+
+/**
+ * A transfer as the API shows it. Ledger rail: Response B of SPEC 4.2 (integer minor units) plus the
+ * two accounts. External rails: Response A (`out` in decimal strings) plus what was sent and the fee.
+ */
+export function transferResource(transfer: LedgerTransfer, history?: StatusChange[]) {
+  if (transfer.rail === 'ach' && transfer.payout) {
+    const { payout } = transfer;
+    return {
+      id: transfer.id,
+      status: transfer.status,
+      out: { amount: formatMinor(payout.outAmount, payout.outCurrency), currency: payout.outCurrency },
+      source: { currency: transfer.currency, rail: 'stablecoin', amount: formatMinor(transfer.amount, transfer.currency) },
+      destination: { currency: payout.outCurrency, rail: 'ach', account: payout.externalAccountId },
+      fee: { amount: formatMinor(payout.feeAmount, transfer.currency), currency: transfer.currency },
+      rate: payout.fxRate,
+      rail: transfer.rail,
+      failure_reason: transfer.failureReason,
+      created_at: transfer.createdAt.toISOString(),
+      ...historyResource(history),
+    };
+  }
   return {
     id: transfer.id,
     status: transfer.status,
@@ -29,9 +54,7 @@ export function ledgerTransferResource(transfer: LedgerTransfer, history?: Statu
     source: transfer.sourceAccountId,
     destination: transfer.destinationAccountId,
     created_at: transfer.createdAt.toISOString(),
-    ...(history
-      ? { status_history: history.map((change) => ({ status: change.status, at: change.occurredAt.toISOString(), reason: change.reason })) }
-      : {}),
+    ...historyResource(history),
   };
 }
 

@@ -3,17 +3,34 @@ import type { Sql } from '../../db/client.ts';
 import { findTransfer, listTransfers, transferHistory } from '../../db/ledger.ts';
 import { withTenant } from '../../db/tenant.ts';
 import { createLedgerTransfer } from '../../services/transfers.ts';
+import { createPayoutTransfer, type RailTransferDeps } from '../../services/rail-transfers.ts';
 import { notFound } from '../../workflows/shared/errors.ts';
 import { AMOUNT_MAX_MINOR } from '../../workflows/shared/money.ts';
 import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
 import { decodeCursor, toPage, ZPageQuery } from '../pagination.ts';
 import { defineRoute } from '../route.ts';
-import { ledgerTransferResource, signed, type TransferSigner } from './resources.ts';
+import { transferResource, signed, type TransferSigner } from './resources.ts';
 
 const ZAccountReference = z.string().min(1).max(100);
 
+const ZCurrencyCode = z.string().regex(/^[A-Z][A-Z0-9]{2,4}$/, 'an upper-case currency code such as USD or USDC');
+
+/** Shape A of SPEC 4.2, exactly its fields: a stablecoin amount paid out to a bank account. */
+export const ZShapeA = z.strictObject({
+  source: z.strictObject({
+    currency: ZCurrencyCode,
+    rail: z.literal('stablecoin'),
+    amount: z.string().max(40).regex(/^(0|[1-9]\d*)(\.\d+)?$/, 'a decimal string such as "100.50"'),
+  }),
+  destination: z.strictObject({
+    currency: ZCurrencyCode,
+    rail: z.literal('ach'),
+    account: z.string().min(1).max(100),
+  }),
+});
+
 /** Shape B of SPEC 4.2, exactly its fields: integer minor units between two ledger accounts. */
-export const ZCreateTransferRequest = z.strictObject({
+export const ZShapeB = z.strictObject({
   amount: z
     .number({ error: 'amount is an integer number of minor units (e.g. 1050 for 10.50 USD)' })
     .int('amount is an integer number of minor units')
@@ -24,9 +41,13 @@ export const ZCreateTransferRequest = z.strictObject({
   destination: ZAccountReference,
 });
 
+/** A body is one shape or the other; a mix of both matches neither and is a 400 with field paths. */
+export const ZCreateTransferRequest = z.union([ZShapeB, ZShapeA]);
+
 export interface TransferRouteDeps {
   sql: Sql;
   signer: TransferSigner;
+  rails: Omit<RailTransferDeps, 'sql'>;
 }
 
 export function postTransfer(deps: TransferRouteDeps) {
@@ -34,7 +55,9 @@ export function postTransfer(deps: TransferRouteDeps) {
     method: 'POST',
     path: '/v1/transfers',
     operationId: 'createTransfer',
-    summary: 'Move money between two of your ledger accounts; settles before the response. Requires Idempotency-Key.',
+    summary:
+      'Shape B moves money between two of your ledger accounts and settles before the response; Shape A pays a ' +
+      'stablecoin amount out to a bank account through a settlement workflow. Requires Idempotency-Key.',
     tags: ['transfers'],
     auth: { kind: 'api_key' },
     body: ZCreateTransferRequest,
@@ -48,16 +71,25 @@ export function postTransfer(deps: TransferRouteDeps) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
       const idempotency = ctx.state.idempotency;
       if (!idempotency) throw new Error('POST /v1/transfers runs only behind the idempotency layer');
+      if (typeof body.source !== 'string') {
+        const shapeA = body as z.infer<typeof ZShapeA>;
+        const transfer = await createPayoutTransfer({ sql: deps.sql, ...deps.rails }, { companyId, environment }, shapeA, idempotency.key);
+        ctx.status = 201;
+        ctx.set('Location', `/v1/transfers/${transfer.id}`);
+        ctx.body = await signed(deps.signer, transferResource(transfer));
+        return;
+      }
+      const shapeB = body as z.infer<typeof ZShapeB>;
       let response: Record<string, unknown> | undefined;
       await createLedgerTransfer(
         deps.sql,
         { companyId, environment },
-        { amount: BigInt(body.amount), currency: body.currency, source: body.source, destination: body.destination },
+        { amount: BigInt(shapeB.amount), currency: shapeB.currency, source: shapeB.source, destination: shapeB.destination },
         idempotency.key,
         // The response is signed and recorded in the transfer's own transaction: one commit makes
         // the money move and the idempotent answer durable together.
         async (tx, transfer) => {
-          response = await signed(deps.signer, ledgerTransferResource(transfer));
+          response = await signed(deps.signer, transferResource(transfer));
           await idempotency.recordResponse(tx, { status: 201, body: response, location: `/v1/transfers/${transfer.id}` });
         },
       );
@@ -71,7 +103,7 @@ const ZTransferStatus = z.enum(['pending', 'processing', 'settled', 'failed', 'c
 
 export const ZListTransfersQuery = ZPageQuery.extend({
   status: ZTransferStatus.optional(),
-  rail: z.enum(['ledger']).optional(),
+  rail: z.enum(['ledger', 'ach']).optional(),
   'created[gte]': z.iso.datetime().optional(),
   'created[lt]': z.iso.datetime().optional(),
 });
@@ -102,7 +134,7 @@ export function getTransfers(deps: TransferRouteDeps) {
           },
         ),
       );
-      const page = toPage(rows, query.limit, (transfer) => ledgerTransferResource(transfer));
+      const page = toPage(rows, query.limit, (transfer) => transferResource(transfer));
       ctx.body = { ...page, data: await Promise.all(page.data.map((transfer) => signed(deps.signer, transfer))) };
     },
   });
@@ -126,7 +158,7 @@ export function getTransfer(deps: TransferRouteDeps) {
         return transfer ? { transfer, history: await transferHistory(tx, transfer.id) } : undefined;
       });
       if (!found) throw notFound('transfer');
-      ctx.body = await signed(deps.signer, ledgerTransferResource(found.transfer, found.history));
+      ctx.body = await signed(deps.signer, transferResource(found.transfer, found.history));
     },
   });
 }

@@ -1,0 +1,161 @@
+// Shape A end to end through the HTTP API: the transfer row and its hold committed in the request,
+// the settlement workflow started with update-with-start on the time-skipping server, the worker
+// running the real activities against PostgreSQL with the simulated sandbox ACH rail.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Client, Connection } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { pino } from 'pino';
+import { createActivities } from '../../activities/index.ts';
+import { createOutboxRelayActivities } from '../../activities/outbox-relay.ts';
+import { findOutboxEntry } from '../../db/outbox.ts';
+import { withSystemScope } from '../../db/tenant.ts';
+import { PEGGED_RATES } from '../../services/quotes.ts';
+import { createPayoutTransfer, settlementWorkflowId } from '../../services/rail-transfers.ts';
+import { call, provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
+import { createTimeSkippingEnv, testWorkflowBundle } from '../../test-support/temporal.ts';
+import { waitFor } from '../../test-support/wait.ts';
+import { TASK_QUEUES } from '../../workflows/shared/task-queues.ts';
+
+describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180_000 }, () => {
+  let env: TestWorkflowEnvironment;
+  let testApp: TestApp;
+  let worker: Worker;
+  let running: Promise<void>;
+  let tenant: TestTenant;
+  let counter = 0;
+
+  before(async () => {
+    env = await createTimeSkippingEnv();
+    testApp = await startTestApp({ temporal: env.client, outcomeWaitMs: 2_000 });
+    worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue: TASK_QUEUES.core,
+      workflowBundle: await testWorkflowBundle(),
+      activities: createActivities({ sql: testApp.appSql, temporal: () => env.client }),
+    });
+    running = worker.run();
+    tenant = await provisionTestTenant(testApp);
+  });
+  after(async () => {
+    worker.shutdown();
+    await running;
+    await testApp.close();
+    await env.teardown();
+  });
+
+  const payout = (amount: string, options: { key?: string; account?: string; currency?: string } = {}) =>
+    call(testApp, 'POST', '/v1/transfers', {
+      token: tenant.sandboxApiKey,
+      headers: { 'idempotency-key': options.key ?? `payout-${process.pid}-${++counter}` },
+      body: {
+        source: { currency: 'USDC', rail: 'stablecoin', amount },
+        destination: { currency: options.currency ?? 'USD', rail: 'ach', account: options.account ?? tenant.sandbox.achAccountId },
+      },
+    });
+  const wallet = async () =>
+    (await call(testApp, 'GET', `/v1/accounts/${tenant.sandbox.usdcWalletId}`, { token: tenant.sandboxApiKey })).body.balances;
+  const simulate = (id: string, action: string) =>
+    call(testApp, 'POST', `/v1/sandbox/transfers/${id}/${action}`, {
+      token: tenant.sandboxApiKey,
+      headers: { 'idempotency-key': `sim-${process.pid}-${++counter}` },
+      body: {},
+    });
+
+  it('settles a default payout before the response, signed, with the quote in decimal strings', async () => {
+    const key = `payout-settle-${process.pid}`;
+    const response = await payout('100.00', { key });
+    assert.equal(response.status, 201, JSON.stringify(response.body));
+    assert.equal(response.body.status, 'settled');
+    assert.deepEqual(response.body.out, { amount: '99.50', currency: 'USD' });
+    assert.deepEqual(response.body.fee, { amount: '0.500000', currency: 'USDC' });
+    const { signature, ...unsigned } = response.body;
+    assert.equal(await testApp.signer.verify(unsigned, signature), true);
+    assert.deepEqual(await wallet(), { available: '9900.000000', pending: '0.000000', posted: '9900.000000' });
+
+    const replay = await payout('100.00', { key });
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(replay.body, response.body);
+    assert.equal((await wallet()).posted, '9900.000000', 'the replay moved nothing');
+
+    const detail = await call(testApp, 'GET', `/v1/transfers/${response.body.id}`, { token: tenant.sandboxApiKey });
+    assert.deepEqual(
+      detail.body.status_history.map((change: { status: string }) => change.status),
+      ['pending', 'processing', 'settled'],
+    );
+    const workflow = await env.client.workflow.getHandle(settlementWorkflowId(tenant.company.id, 'sandbox', key)).describe();
+    assert.equal(workflow.type, 'transferSettlementWorkflow');
+  });
+
+  it('answers a payout the rail refuses (.13) as failed and gives the money back', async () => {
+    const before = await wallet();
+    const response = await payout('10.13');
+    assert.equal(response.status, 201);
+    assert.equal(response.body.status, 'failed');
+    assert.match(response.body.failure_reason, /R01/);
+    assert.deepEqual(await wallet(), before);
+  });
+
+  it('keeps a slow payout (.15) processing, with its money on hold, until the sandbox settles it', async () => {
+    const before = await wallet();
+    const response = await payout('20.15');
+    assert.equal(response.status, 201);
+    assert.equal(response.body.status, 'processing');
+    assert.equal((await wallet()).pending, '-20.150000');
+    const settled = await simulate(response.body.id, 'settle');
+    assert.equal(settled.status, 200, JSON.stringify(settled.body));
+    assert.equal(settled.body.status, 'settled');
+    assert.equal((await wallet()).posted, (Number(before.posted) - 20.15).toFixed(6));
+    assert.equal((await simulate(response.body.id, 'settle')).body.code, 'INVALID_TRANSFER_STATE');
+  });
+
+  it('returns a settled payout in full, fee included, when the bank sends it back', async () => {
+    const before = await wallet();
+    const response = await payout('30.00');
+    assert.equal(response.body.status, 'settled');
+    const returned = await simulate(response.body.id, 'return');
+    assert.equal(returned.status, 200, JSON.stringify(returned.body));
+    assert.equal(returned.body.status, 'returned');
+    assert.deepEqual(await wallet(), before);
+  });
+
+  it('refuses bad payouts with stable codes before anything moves', async () => {
+    const before = await wallet();
+    assert.equal((await payout('20000.00')).body.code, 'INSUFFICIENT_FUNDS');
+    const missing = await payout('1.00', { account: 'ba_00000000000000000000000000000000' });
+    assert.equal(missing.status, 404);
+    assert.equal(missing.body.code, 'ACCOUNT_NOT_FOUND');
+    assert.equal((await payout('1.00', { currency: 'EUR' })).body.code, 'CURRENCY_MISMATCH');
+    const scale = await payout('1.0000001');
+    assert.equal(scale.status, 400);
+    assert.equal(scale.body.code, 'INVALID_AMOUNT');
+    assert.deepEqual(await wallet(), before);
+  });
+
+  it('restarts a payout whose workflow never started (crash after commit) from the outbox, once', async () => {
+    const unreachable = new Client({ connection: Connection.lazy({ address: '127.0.0.1:1', connectTimeout: 200 }) });
+    const key = `payout-stranded-${process.pid}`;
+    const stranded = await createPayoutTransfer(
+      { sql: testApp.appSql, temporal: unreachable, fxRates: PEGGED_RATES, logger: pino({ level: 'silent' }), outcomeWaitMs: 500 },
+      { companyId: tenant.company.id, environment: 'sandbox' },
+      {
+        source: { currency: 'USDC', rail: 'stablecoin', amount: '5.00' },
+        destination: { currency: 'USD', rail: 'ach', account: tenant.sandbox.achAccountId },
+      },
+      key,
+    );
+    assert.equal(stranded.status, 'pending');
+    const workflowId = settlementWorkflowId(tenant.company.id, 'sandbox', key);
+    const relay = createOutboxRelayActivities({ sql: testApp.appSql, temporal: () => env.client });
+    assert.deepEqual(await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 }), { started: 1, failed: 0 });
+    assert.deepEqual(await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 }), { started: 0, failed: 0 }, 'dispatched once');
+    await waitFor('the relayed payout to settle', async () => {
+      const detail = await call(testApp, 'GET', `/v1/transfers/${stranded.id}`, { token: tenant.sandboxApiKey });
+      return detail.body.status === 'settled';
+    });
+    const entry = await withSystemScope(testApp.appSql, (tx) => findOutboxEntry(tx, workflowId));
+    assert.ok(entry?.dispatchedAt);
+  });
+});

@@ -1,0 +1,191 @@
+import { createHash } from 'node:crypto';
+import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
+import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import type { Sql } from '../db/client.ts';
+import { findTransfer, type Environment, type LedgerTransfer } from '../db/ledger.ts';
+import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
+import {
+  createRailTransfer,
+  findExternalAccount,
+  findFundingWallet,
+  findRailTransferByKey,
+  systemAccount,
+} from '../db/rails.ts';
+import { withSystemScope, withTenant } from '../db/tenant.ts';
+import type { Logger } from '../platform/logger.ts';
+import { newId } from '../platform/ids.ts';
+import { DomainError } from '../workflows/shared/errors.ts';
+import { parseDecimalAmount, type AmountError } from '../workflows/shared/money.ts';
+import { SEARCH_ATTRIBUTES } from '../workflows/shared/search-attributes.ts';
+import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';
+import {
+  awaitTransferOutcomeUpdate,
+  TRANSFER_SETTLEMENT_WORKFLOW,
+  transferWorkflowId,
+  type TransferSettlementInput,
+} from '../workflows/shared/transfer-settlement.ts';
+import { quotePayout, type FxRateSource } from './quotes.ts';
+
+export interface RailTransferRequest {
+  source: { currency: string; rail: 'stablecoin'; amount: string };
+  destination: { currency: string; rail: 'ach'; account: string };
+}
+
+export interface RailTransferDeps {
+  sql: Sql;
+  temporal: Client;
+  fxRates: FxRateSource;
+  logger: Logger;
+  /** How long the request waits for the settlement workflow's first outcome (sandbox: settled). */
+  outcomeWaitMs: number;
+}
+
+const AMOUNT_ERRORS: Record<AmountError, string> = {
+  format: 'source.amount is a plain decimal string such as "100.50"',
+  scale: 'source.amount has more decimal places than its currency allows',
+  zero: 'source.amount must be greater than zero',
+  too_large: 'source.amount exceeds the per-transfer limit',
+  currency: 'source.currency is not supported',
+};
+
+/** The workflow's own ID, hashed where a key could be long: IDs stay short and printable. */
+export function settlementWorkflowId(companyId: string, environment: Environment, idempotencyKey: string): string {
+  const safe = /^[A-Za-z0-9._:-]{1,100}$/.test(idempotencyKey)
+    ? idempotencyKey
+    : `sha256-${createHash('sha256').update(idempotencyKey).digest('hex')}`;
+  return transferWorkflowId(companyId, environment, safe);
+}
+
+/**
+ * Shape A: a stablecoin payout over ACH. The transfer, its hold on the wallet and an outbox row are
+ * written in one transaction (insufficient funds is known before anything leaves); then the
+ * settlement workflow is started with update-with-start under an ID derived from the key, so a retry
+ * joins the same run. If Temporal cannot be reached the transfer stays `pending` and the outbox
+ * relay starts the same workflow later: the 201 is durable either way.
+ */
+export async function createPayoutTransfer(
+  deps: RailTransferDeps,
+  scope: { companyId: string; environment: Environment },
+  request: RailTransferRequest,
+  idempotencyKey: string,
+): Promise<LedgerTransfer> {
+  const amount = parseDecimalAmount(request.source.amount, request.source.currency);
+  if (!amount.ok) {
+    const code = amount.error === 'currency' ? 'UNSUPPORTED_CURRENCY' : 'INVALID_AMOUNT';
+    throw new DomainError('invalid', code, AMOUNT_ERRORS[amount.error]);
+  }
+  const workflowId = settlementWorkflowId(scope.companyId, scope.environment, idempotencyKey);
+  const input: TransferSettlementInput = { transferId: '', companyId: scope.companyId, environment: scope.environment };
+
+  const transferId = await withTenant(deps.sql, scope.companyId, async (tx) => {
+    const existing = await findRailTransferByKey(tx, scope, idempotencyKey);
+    if (existing) return existing.id; // a retry after a crash: the transfer and its hold exist already
+    const bank = await findExternalAccount(tx, scope, request.destination.account);
+    if (!bank) {
+      throw new DomainError(
+        'not_found',
+        'ACCOUNT_NOT_FOUND',
+        `No destination account ${request.destination.account} in this environment.`,
+        {
+          field: 'destination',
+        },
+      );
+    }
+    if (bank.currency !== request.destination.currency) {
+      throw new DomainError(
+        'unprocessable',
+        'CURRENCY_MISMATCH',
+        `The bank account is in ${bank.currency}, not ${request.destination.currency}.`,
+      );
+    }
+    const wallet = await findFundingWallet(tx, scope, request.source.currency);
+    if (!wallet) {
+      throw new DomainError(
+        'unprocessable',
+        'NO_FUNDING_WALLET',
+        `This company has no ${request.source.currency} wallet in this environment.`,
+      );
+    }
+    const quote = await quotePayout(deps.fxRates, request.source.currency, amount.minor, request.destination.currency);
+    const clearing = await systemAccount(tx, scope, request.source.currency, 'rail_clearing', () => newId('sys'));
+    const id = newId('tr');
+    try {
+      await tx.savepoint((sp) =>
+        createRailTransfer(sp, {
+          id,
+          holdId: newId('hold'),
+          ...scope,
+          idempotencyKey,
+          workflowId,
+          amount: amount.minor,
+          currency: request.source.currency,
+          sourceAccountId: wallet,
+          clearingAccountId: clearing,
+          destinationExternalAccountId: bank.id,
+          outAmount: quote.outMinor,
+          outCurrency: request.destination.currency,
+          feeAmount: quote.feeMinor,
+          fxRate: quote.rate,
+        }),
+      );
+    } catch (error) {
+      if ((error as { constraint_name?: string }).constraint_name === 'ledger_accounts_no_overdraft') {
+        throw new DomainError(
+          'unprocessable',
+          'INSUFFICIENT_FUNDS',
+          `The ${request.source.currency} wallet does not have enough available balance.`,
+        );
+      }
+      throw error;
+    }
+    await insertOutboxEntry(tx, {
+      companyId: scope.companyId,
+      workflowType: TRANSFER_SETTLEMENT_WORKFLOW,
+      workflowId,
+      taskQueue: TASK_QUEUES.core,
+      payload: { ...input, transferId: id },
+    });
+    return id;
+  });
+
+  try {
+    await startSettlement(deps.temporal, workflowId, { ...input, transferId }, idempotencyKey, deps.outcomeWaitMs);
+    await withSystemScope(deps.sql, (tx) => markOutboxDispatched(tx, workflowId, new Date()));
+  } catch (error) {
+    deps.logger.warn({ err: error, workflowId }, 'settlement workflow not started now; the outbox relay will start it');
+  }
+  const transfer = await withTenant(deps.sql, scope.companyId, (tx) => findTransfer(tx, scope, transferId));
+  return transfer!;
+}
+
+export async function startSettlement(
+  temporal: Client,
+  workflowId: string,
+  input: TransferSettlementInput,
+  updateId: string,
+  waitMs: number,
+): Promise<void> {
+  // Bounded: when Temporal is unreachable the request answers `pending` promptly instead of waiting
+  // out the client's retries; the outbox relay starts the workflow later.
+  const deadline = Date.now() + waitMs + START_MARGIN_MS;
+  await temporal.connection.withDeadline(deadline, () =>
+    temporal.workflow.executeUpdateWithStart(awaitTransferOutcomeUpdate, {
+      args: [{ waitMs }],
+      updateId,
+      startWorkflowOperation: new WithStartWorkflowOperation(TRANSFER_SETTLEMENT_WORKFLOW, {
+        workflowId,
+        taskQueue: TASK_QUEUES.core,
+        args: [input],
+        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+        typedSearchAttributes: [
+          { key: SEARCH_ATTRIBUTES.companyId, value: input.companyId },
+          { key: SEARCH_ATTRIBUTES.objectId, value: input.transferId },
+          { key: SEARCH_ATTRIBUTES.objectStatus, value: 'pending' },
+          { key: SEARCH_ATTRIBUTES.environment, value: input.environment },
+        ],
+      }),
+    }),
+  );
+}
+
+const START_MARGIN_MS = 2_000;
