@@ -15,6 +15,8 @@ import { loadWorkflowBundle } from '../workers/bundle.ts';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SKIP_DIRS = new Set(['node_modules', '.git', '.data', '.tools', 'coverage']);
 export const TEMPLATE_DATABASE = 'payments_template';
+/** No single test may hang the suite (CI gives the whole run 90 minutes). */
+const TEST_TIMEOUT_MS = 300_000;
 
 async function findTests(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true });
@@ -67,7 +69,7 @@ try {
 
   const child = spawn(
     process.execPath,
-    ['--import', import.meta.resolve('tsx'), '--test', '--test-concurrency=2', '--test-reporter=spec', ...files],
+    ['--import', import.meta.resolve('tsx'), '--test', '--test-concurrency=2', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-reporter=spec', ...files],
     {
       cwd: root,
       stdio: 'inherit',
