@@ -4,7 +4,6 @@ import assert from 'node:assert/strict';
 import { execFileSync, fork, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +13,7 @@ import { withSystemScope } from '../db/tenant.ts';
 import { authenticateApiKey } from '../services/api-keys.ts';
 import { verifyPassword } from '../services/credentials.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { freePort } from '../test-support/ports.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const CLI_TIMEOUT_MS = 120_000;
@@ -78,16 +78,6 @@ function assertSucceeded(run: Run): void {
   assert.equal(run.code, 0, `exit ${run.code}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`);
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** The printed credentials work: the password signs in to the company, the key authenticates for it. */
 interface PrintedCredentials {

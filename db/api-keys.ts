@@ -77,15 +77,10 @@ export async function listApiKeys(
   companyId: string,
   page: { limit: number; after?: { id: string } },
 ): Promise<ApiKey[]> {
-  const rows = page.after
-    ? await tx<ApiKeyRow[]>`
-        select ${tx.unsafe(COLUMNS)} from api_keys
-        where company_id = ${companyId} and id < ${page.after.id}
-        order by id desc limit ${page.limit}`
-    : await tx<ApiKeyRow[]>`
-        select ${tx.unsafe(COLUMNS)} from api_keys
-        where company_id = ${companyId}
-        order by id desc limit ${page.limit}`;
+  const rows = await tx<ApiKeyRow[]>`
+    select ${tx.unsafe(COLUMNS)} from api_keys
+    where company_id = ${companyId} ${page.after ? tx`and id < ${page.after.id}` : tx``}
+    order by id desc limit ${page.limit}`;
   return rows.map(toApiKey);
 }
 

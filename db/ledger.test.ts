@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import postgres from 'postgres';
 import { newId } from '../platform/ids.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { openSystemAccount } from '../test-support/ledger.ts';
 import { APP_ROLE, createSql, type Sql, type TransactionSql } from './client.ts';
 import {
   balancesOf,
@@ -23,41 +24,6 @@ import { withTenant } from './tenant.ts';
 
 type Kind = 'posted' | 'hold' | 'hold_release';
 
-let systemPurposeColumn: boolean | undefined;
-
-/**
- * Opens a platform-side account (type system, unbounded). Raw SQL: migration 00004 (rails) requires
- * a `system_purpose` on system accounts, which openLedgerAccount does not take; the column is filled
- * only when the schema has it, so these tests hold with and without that migration.
- */
-async function openSystemAccount(
-  tx: TransactionSql,
-  account: {
-    id: string;
-    companyId: string;
-    environment: Environment;
-    currency: string;
-    name: string;
-    purpose?: string;
-  },
-): Promise<void> {
-  if (systemPurposeColumn === undefined) {
-    const [row] = await tx<{ has: boolean }[]>`
-      select exists (select 1 from information_schema.columns
-                     where table_schema = 'public' and table_name = 'ledger_accounts' and column_name = 'system_purpose') as has`;
-    systemPurposeColumn = row!.has;
-  }
-  await tx`insert into ledger_accounts ${tx({
-    id: account.id,
-    company_id: account.companyId,
-    environment: account.environment,
-    type: 'system',
-    currency: account.currency,
-    name: account.name,
-    overdraft_limit: null,
-    ...(systemPurposeColumn ? { system_purpose: account.purpose ?? 'sandbox_funding' } : {}),
-  })}`;
-}
 
 interface Balances {
   posted: bigint;

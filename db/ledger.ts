@@ -100,16 +100,11 @@ export async function listLedgerAccounts(
   scope: { companyId: string; environment: Environment },
   page: { limit: number; after?: { id: string } },
 ): Promise<LedgerAccount[]> {
-  const rows = page.after
-    ? await tx<LedgerAccountRow[]>`
-        select ${tx.unsafe(ACCOUNT_COLUMNS)} from ledger_accounts
-        where company_id = ${scope.companyId} and environment = ${scope.environment} and type <> 'system'
-          and id < ${page.after.id}
-        order by id desc limit ${page.limit}`
-    : await tx<LedgerAccountRow[]>`
-        select ${tx.unsafe(ACCOUNT_COLUMNS)} from ledger_accounts
-        where company_id = ${scope.companyId} and environment = ${scope.environment} and type <> 'system'
-        order by id desc limit ${page.limit}`;
+  const rows = await tx<LedgerAccountRow[]>`
+    select ${tx.unsafe(ACCOUNT_COLUMNS)} from ledger_accounts
+    where company_id = ${scope.companyId} and environment = ${scope.environment} and type <> 'system'
+      ${page.after ? tx`and id < ${page.after.id}` : tx``}
+    order by id desc limit ${page.limit}`;
   return rows.map(toAccount);
 }
 

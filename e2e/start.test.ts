@@ -4,7 +4,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,19 +12,10 @@ import postgres from 'postgres';
 import { Client, Connection } from '@temporalio/client';
 import { DATA_RETENTION_WORKFLOW_ID } from '../workflows/shared/data-retention.ts';
 import { waitFor } from '../test-support/wait.ts';
+import { freePort } from '../test-support/ports.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Every live descendant of a process (via /proc, through `ps`). */
 function descendants(pid: number): number[] {

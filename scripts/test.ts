@@ -3,7 +3,6 @@
 // bundle once, then runs node's test runner over every *.test.ts. Arguments narrow the file list.
 import { spawn, spawnSync } from 'node:child_process';
 import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +10,7 @@ import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
+import { freePort } from '../test-support/ports.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SKIP_DIRS = new Set(['node_modules', '.git', '.data', '.tools', 'coverage']);
@@ -29,16 +29,6 @@ async function findTests(dir: string): Promise<string[]> {
   return found.flat().sort();
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function log(message: string) {
   process.stderr.write(`[test] ${message}\n`);
