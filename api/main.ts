@@ -26,6 +26,8 @@ const temporal = await connectTemporalClient({
   connectTimeoutMs: config.TEMPORAL_CONNECT_TIMEOUT_MS,
 });
 
+const signer = createTransferSigner({ sql });
+await signer.warm();
 const app = createApp({
   logger,
   sql,
@@ -36,7 +38,7 @@ const app = createApp({
     lockAfterFailures: config.LOGIN_LOCK_AFTER_FAILURES,
     lockMs: config.LOGIN_LOCK_MINUTES * 60_000,
   },
-  signer: createTransferSigner({ sql }),
+  signer,
   rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({
     sql,

@@ -45,6 +45,8 @@ export type SigningPublicJwk = {
 };
 
 export interface TransferSigner {
+  /** Loads (or creates) the signing key; afterwards sign() never waits for the database. */
+  warm(): Promise<void>;
   /** The compact detached JWS (`header..signature`) over `value` without its `signature` member. */
   sign(value: object): Promise<string>;
   /** True when `signature` is a valid detached JWS of `value` (without its `signature`) by one of our keys. */
@@ -197,9 +199,15 @@ export function createTransferSigner(deps: TransferSignerDeps): TransferSigner {
     return pendingRefresh;
   }
 
+  /**
+   * The cached key set. Once loaded it is served even when stale, while a refresh runs in the
+   * background: signing happens inside the caller's database transaction, and waiting there for a
+   * connection of the same pool could deadlock a busy pool. Only the very first load waits.
+   */
   async function currentKeys(): Promise<KeySet> {
-    if (cache && performance.now() - cache.loadedAtMs < cacheTtlMs) return cache;
-    return refresh();
+    if (!cache) return refresh();
+    if (performance.now() - cache.loadedAtMs >= cacheTtlMs) void refresh().catch(() => undefined);
+    return cache;
   }
 
   /**
@@ -232,6 +240,9 @@ export function createTransferSigner(deps: TransferSignerDeps): TransferSigner {
   }
 
   return {
+    async warm() {
+      await activeKey();
+    },
     async sign(value) {
       const payload = signingInput(value);
       const { kid, key } = await activeKey();

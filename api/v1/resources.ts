@@ -60,6 +60,8 @@ export function transferResource(transfer: LedgerTransfer, history?: StatusChang
 
 export interface TransferSigner {
   sign(object: Record<string, unknown>): Promise<string>;
+  /** Loads the signing key so that sign() does not touch the database. */
+  warm(): Promise<void>;
 }
 
 /** Every transfer object leaves signed (DESIGN 7): a detached JWS over the object without `signature`. */

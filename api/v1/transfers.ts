@@ -80,6 +80,8 @@ export function postTransfer(deps: TransferRouteDeps) {
         return;
       }
       const shapeB = body as z.infer<typeof ZShapeB>;
+      // The response is signed inside the transfer's transaction: the key must be in memory first.
+      await deps.signer.warm();
       let response: Record<string, unknown> | undefined;
       await createLedgerTransfer(
         deps.sql,
