@@ -5,7 +5,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { BankTestError, descendants, runBankTest, type BankReport } from './bank.ts';
+import { descendants } from '../platform/processes.ts';
+import { BankTestError, runBankTest, type BankReport } from './bank.ts';
 
 describe('bank test (short, seeded)', { timeout: 240_000 }, () => {
   it('keeps every money invariant while the API and the worker are killed and restarted', async (t) => {

@@ -5,25 +5,24 @@
 //
 // Everything runs for real: embedded PostgreSQL, the Temporal dev server, `api/main.ts` and
 // `workers/main.ts` as child processes. Everything started here is stopped here, even on failure.
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, copyFile, mkdir } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
-import { openLedgerAccount, postLedgerTransfer } from '../db/ledger.ts';
 import { migrate } from '../db/migrate.ts';
-import { withTenant } from '../db/tenant.ts';
-import { newId } from '../platform/ids.ts';
 import { resolveTemporalCli } from '../platform/temporal.ts';
 import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle, workflowSourceHash } from '../workers/bundle.ts';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
+import { descendants, processAlive } from '../platform/processes.ts';
+import { freePort } from '../test-support/ports.ts';
+import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const TSX = import.meta.resolve('tsx');
@@ -76,49 +75,6 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 // ---------------------------------------------------------------------------------------------
 // Processes
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** Live descendants of `pid` (`ps` itself excluded). */
-export function descendants(pid: number): { pid: number; command: string }[] {
-  const table = execFileSync('ps', ['-e', '-o', 'pid=,ppid=,comm='], { encoding: 'utf8' })
-    .trim()
-    .split('\n')
-    .map((line) => {
-      const [child, parent, ...command] = line.trim().split(/\s+/);
-      return { pid: Number(child), ppid: Number(parent), command: command.join(' ') };
-    });
-  const found: { pid: number; command: string }[] = [];
-  const queue = [pid];
-  while (queue.length > 0) {
-    const parent = queue.shift()!;
-    for (const row of table) {
-      if (row.ppid === parent && row.command !== 'ps') {
-        found.push({ pid: row.pid, command: row.command });
-        queue.push(row.pid);
-      }
-    }
-  }
-  return found;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 function exitedPromise(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
@@ -392,33 +348,11 @@ async function setUpTenant(sql: Sql, seed: number): Promise<Tenant> {
     SYSTEM_ACTOR,
   );
   const companyId = tenant.company.id;
-  const scope = { companyId, environment: 'sandbox' as const };
-  const extra = await withTenant(sql, companyId, async (tx) => {
-    const [funding] = await tx<{ id: string }[]>`
-      select id from ledger_accounts
-      where company_id = ${companyId} and environment = 'sandbox' and system_purpose = 'sandbox_funding' and currency = 'USD'`;
-    if (!funding) throw new Error('no sandbox funding account for USD');
-    const ids: string[] = [];
-    for (let i = 0; i < EXTRA_ACCOUNTS; i++) {
-      const account = await openLedgerAccount(tx, {
-        id: newId('acct'),
-        ...scope,
-        type: 'account',
-        currency: 'USD',
-        name: `Bank ${i}`,
-      });
-      await postLedgerTransfer(tx, {
-        id: newId('tr'),
-        ...scope,
-        idempotencyKey: `bank-funding:${account.id}`,
-        amount: EXTRA_ACCOUNT_FUNDING_MINOR,
-        currency: 'USD',
-        sourceAccountId: funding.id,
-        destinationAccountId: account.id,
-      });
-      ids.push(account.id);
-    }
-    return ids;
+  const extra = await openFundedSandboxAccounts(sql, companyId, {
+    count: EXTRA_ACCOUNTS,
+    amountMinor: EXTRA_ACCOUNT_FUNDING_MINOR,
+    currency: 'USD',
+    namePrefix: 'Bank',
   });
   return {
     companyId,
@@ -949,7 +883,7 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
   // Nothing may be left behind: wait briefly for PostgreSQL's and Temporal's processes to go.
   const leftover = () => {
     const under = descendants(process.pid).filter((process_) => !baseline.has(process_.pid));
-    const orphans = [...tracked].filter((pid) => alive(pid) && !under.some((process_) => process_.pid === pid));
+    const orphans = [...tracked].filter((pid) => processAlive(pid) && !under.some((process_) => process_.pid === pid));
     return [
       ...under.map((process_) => `${process_.pid} ${process_.command}`),
       ...orphans.map((pid) => `${pid} (orphaned)`),

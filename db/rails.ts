@@ -1,5 +1,5 @@
 import type { TransactionSql } from './client.ts';
-import type { Environment, LedgerTransfer, TransferStatus } from './ledger.ts';
+import type { Environment, TransferStatus } from './ledger.ts';
 
 export type SystemPurpose = 'sandbox_funding' | 'rail_clearing' | 'fees' | 'fx' | 'ach_payouts';
 
@@ -159,10 +159,6 @@ export async function findRailTransferByKey(tx: TransactionSql, scope: Scope, ke
     select ${tx.unsafe(RAIL_COLUMNS)} from transfers
     where company_id = ${scope.companyId} and environment = ${scope.environment} and idempotency_key = ${key} and rail = 'ach'`;
   return row ? toRailTransfer(row) : undefined;
-}
-
-export function isRailTransfer(transfer: LedgerTransfer | RailTransfer): transfer is RailTransfer {
-  return 'outAmount' in transfer;
 }
 
 interface EntryLine {

@@ -65,10 +65,3 @@ export async function revokeSession(tx: TransactionSql, sessionId: string, at: D
     await tx`update admin_sessions set revoked_at = ${at} where id = ${sessionId} and revoked_at is null returning id`;
   return rows.length > 0;
 }
-
-/** Revokes every live session of an operator (blocking, password change). */
-export async function revokeOperatorSessions(tx: TransactionSql, operatorId: string, at: Date): Promise<number> {
-  const rows =
-    await tx`update admin_sessions set revoked_at = ${at} where operator_id = ${operatorId} and revoked_at is null returning id`;
-  return rows.length;
-}

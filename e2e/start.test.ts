@@ -2,7 +2,7 @@
 // worker and the API, on free ports and a private DATA_DIR. Proves /readyz answers 200, a Ctrl-C
 // leaves no process behind, and a second start keeps the data of the first.
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -13,38 +13,10 @@ import { Client, Connection } from '@temporalio/client';
 import { DATA_RETENTION_WORKFLOW_ID } from '../workflows/shared/data-retention.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { freePort } from '../test-support/ports.ts';
+import { descendants, processAlive } from '../platform/processes.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-
-/** Every live descendant of a process (via /proc, through `ps`). */
-function descendants(pid: number): number[] {
-  const table = execFileSync('ps', ['-e', '-o', 'pid=,ppid='], { encoding: 'utf8' })
-    .trim()
-    .split('\n')
-    .map((line) => line.trim().split(/\s+/).map(Number) as [number, number]);
-  const found: number[] = [];
-  const queue = [pid];
-  while (queue.length > 0) {
-    const parent = queue.shift()!;
-    for (const [child, ppid] of table) {
-      if (ppid === parent) {
-        found.push(child);
-        queue.push(child);
-      }
-    }
-  }
-  return found;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 interface Started {
   child: ChildProcess;
@@ -81,13 +53,13 @@ async function start(env: NodeJS.ProcessEnv): Promise<Started> {
 
 async function ctrlC(started: Started): Promise<number | null> {
   const pid = started.child.pid!;
-  const tree = descendants(pid);
+  const tree = descendants(pid).map((child) => child.pid);
   assert.ok(tree.length >= 4, `expected postgres, temporal, worker and api under start, got ${tree.length}`);
   const exited = new Promise<number | null>((resolve) => started.child.once('exit', (code) => resolve(code)));
   process.kill(-pid, 'SIGINT');
   const code = await exited;
-  await waitFor('every child process to exit', async () => tree.every((child) => !alive(child)), 30_000).catch(() => {
-    throw new Error(`left behind: ${tree.filter(alive).join(', ')}\n${started.output()}`);
+  await waitFor('every child process to exit', async () => tree.every((child) => !processAlive(child)), 30_000).catch(() => {
+    throw new Error(`left behind: ${tree.filter(processAlive).join(', ')}\n${started.output()}`);
   });
   return code;
 }

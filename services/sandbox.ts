@@ -98,3 +98,43 @@ export async function findSandboxPair(
   const accountId = rows.find((row) => row.type === 'account')?.id;
   return walletId && accountId && bank ? { walletId, accountId, currency: 'USD', achAccount: bank.id } : undefined;
 }
+
+/**
+ * Opens `count` extra sandbox accounts in `currency` and funds each with `amountMinor` from the
+ * company's sandbox funding account, by real ledger transfers (test and benchmark worlds).
+ */
+export async function openFundedSandboxAccounts(
+  sql: Sql,
+  companyId: string,
+  options: { count: number; amountMinor: bigint; currency: string; namePrefix: string },
+): Promise<string[]> {
+  const scope = { companyId, environment: 'sandbox' as const };
+  return withTenant(sql, companyId, async (tx) => {
+    const [funding] = await tx<{ id: string }[]>`
+      select id from ledger_accounts
+      where company_id = ${companyId} and environment = 'sandbox' and system_purpose = 'sandbox_funding'
+        and currency = ${options.currency}`;
+    if (!funding) throw new Error(`no sandbox funding account for ${options.currency}`);
+    const ids: string[] = [];
+    for (let index = 0; index < options.count; index++) {
+      const account = await openLedgerAccount(tx, {
+        id: newId('acct'),
+        ...scope,
+        type: 'account',
+        currency: options.currency,
+        name: `${options.namePrefix} ${index}`,
+      });
+      await postLedgerTransfer(tx, {
+        id: newId('tr'),
+        ...scope,
+        idempotencyKey: `sandbox-funding:${account.id}`,
+        amount: options.amountMinor,
+        currency: options.currency,
+        sourceAccountId: funding.id,
+        destinationAccountId: account.id,
+      });
+      ids.push(account.id);
+    }
+    return ids;
+  });
+}
