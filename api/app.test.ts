@@ -189,6 +189,7 @@ describe('operations and docs routes', () => {
         outcomeWaitMs: 1_000,
       },
       loginPolicy: DEFAULT_LOGIN_POLICY,
+      webhooks: { allowPrivateUrls: false, maxEndpoints: 16 },
       idempotency: { run: (_ctx, _scope, _options, execute) => execute() },
       readiness: {
         postgres: async () => true,

@@ -22,6 +22,8 @@ import { getAccount, getAccounts } from './v1/accounts.ts';
 import { getTransfer, getTransfers, postTransfer } from './v1/transfers.ts';
 import { getJwks } from './well-known/get-jwks.ts';
 import { sandboxRoutes } from './v1/sandbox.ts';
+import { webhookEndpointRoutes } from './v1/webhook-endpoints.ts';
+import { eventRoutes } from './v1/events.ts';
 
 export interface App {
   koa: Koa;
@@ -47,6 +49,8 @@ export function buildRoutes(deps: AppDeps): RouteDefinition[] {
     getTransfers(deps),
     getTransfer(deps),
     ...sandboxRoutes(deps),
+    ...webhookEndpointRoutes(deps),
+    ...eventRoutes(deps),
   ];
   routes.push(...docsRoutes(() => routes));
   return routes;

@@ -4,6 +4,7 @@ import type { LoginPolicy } from '../services/auth.ts';
 import type { IdempotencyRunner } from './route.ts';
 import type { TransferSigner } from './v1/resources.ts';
 import type { RailTransferDeps } from '../services/rail-transfers.ts';
+import type { WebhookEndpointPolicy } from '../services/webhook-endpoints.ts';
 
 /** Everything the HTTP app needs, injected: createApp reads no environment and opens no socket. */
 export interface AppDeps {
@@ -21,6 +22,8 @@ export interface AppDeps {
   signer: TransferSigner & { jwks(): Promise<{ keys: unknown[] }> };
   /** External rails: the Temporal client that starts settlement workflows, FX rates, wait limits. */
   rails: Omit<RailTransferDeps, 'sql'>;
+  /** Webhook endpoint registration: SSRF policy (ALLOW_PRIVATE_WEBHOOK_URLS) and limits. */
+  webhooks: WebhookEndpointPolicy;
 }
 
 declare module 'koa' {

@@ -49,6 +49,7 @@ const app = createApp({
     temporal: () => pingTemporal(temporal.connection, config.TEMPORAL_NAMESPACE, 2_000),
   },
   limits: { bodyLimitBytes: config.HTTP_BODY_LIMIT_BYTES },
+  webhooks: { allowPrivateUrls: config.ALLOW_PRIVATE_WEBHOOK_URLS === '1', maxEndpoints: config.WEBHOOK_ENDPOINTS_MAX },
 });
 const { server, url } = await listen(app.koa, {
   host: config.HOST,

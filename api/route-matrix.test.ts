@@ -8,6 +8,10 @@ import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { createApiKey } from '../services/api-keys.ts';
 import { createOperator } from '../services/operators.ts';
 import { createLedgerTransfer } from '../services/transfers.ts';
+import { withTenant } from '../db/tenant.ts';
+import { insertWebhookEndpoint } from '../db/webhooks.ts';
+import { newId } from '../platform/ids.ts';
+import { generateWebhookSecret } from '../services/webhook-endpoints.ts';
 import { call, provisionTestTenant, signIn, startTestApp, type TestApp, type TestTenant } from '../test-support/app.ts';
 import { allows } from './auth/permissions.ts';
 import type { RouteDefinition } from './route.ts';
@@ -32,6 +36,25 @@ const FIXTURES: Record<string, (testApp: TestApp, tenant: TestTenant) => Promise
         `matrix-${Math.random()}`,
       )
     ).id,
+  webhook_endpoint: async (testApp, tenant) =>
+    (
+      await withTenant(testApp.ownerSql, tenant.company.id, (tx) =>
+        insertWebhookEndpoint(tx, {
+          companyId: tenant.company.id,
+          environment: 'sandbox',
+          id: newId('we'),
+          url: 'https://hooks.example.com/matrix',
+          description: '',
+          eventTypes: [],
+          secret: generateWebhookSecret(),
+        }),
+      )
+    ).id,
+  event: async (testApp, tenant) => {
+    const transferId = await FIXTURES.transfer!(testApp, tenant);
+    const [event] = await testApp.ownerSql<{ id: string }[]>`select id from events where object_id = ${transferId}`;
+    return event!.id;
+  },
 };
 
 // The sandbox simulation routes act on external-rail transfers; a ledger transfer is enough to show
@@ -43,11 +66,14 @@ const MISSING_IDS: Record<string, string> = {
   api_key: 'key_00000000000000000000000000000000',
   ledger_account: 'wal_00000000000000000000000000000000',
   transfer: 'tr_00000000000000000000000000000000',
+  webhook_endpoint: 'we_00000000000000000000000000000000',
+  event: 'evt_00000000000000000000000000000000',
 };
 
 /** Bodies that must name the caller's own objects to be valid; other routes use their example. */
-const BODIES: Record<string, (tenant: TestTenant) => unknown> = {
+const BODIES: Record<string, (tenant: TestTenant, testApp: TestApp) => unknown> = {
   createTransfer: (tenant) => ({ amount: 1, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId }),
+  resendWebhookEvent: async (tenant, testApp) => ({ event: await FIXTURES.event!(testApp, tenant) }),
 };
 
 let idempotencyCounter = 0;
@@ -146,12 +172,9 @@ describe('route × role × tenancy matrix', { timeout: 300_000 }, () => {
     assert.ok(keyRoutes.length > 0);
     for (const route of keyRoutes) {
       const label = `api key → ${route.method} ${route.path}`;
+      const body = route.body ? { body: (await BODIES[route.operationId]?.(own, testApp)) ?? route.example } : {};
       const request = (id?: string) =>
-        call(testApp, route.method, pathFor(route, id), {
-          token: own.sandboxApiKey,
-          headers: idempotencyHeaders(route.method),
-          ...(route.body ? { body: BODIES[route.operationId]?.(own) ?? route.example } : {}),
-        });
+        call(testApp, route.method, pathFor(route, id), { token: own.sandboxApiKey, headers: idempotencyHeaders(route.method), ...body });
       if (!route.resource) {
         const response = await request();
         assert.ok(reached(response.status), `${label}: got ${response.status} ${JSON.stringify(response.body)}`);

@@ -37,6 +37,13 @@ export const ZConfig = z.object({
   TRANSFER_OUTCOME_WAIT_MS: ZPositiveInt.max(10_000).default(3_000),
   SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
   PUBLIC_BASE_URL: z.url().optional(),
+  // Webhooks. Private, loopback and link-local targets are refused unless this is 1 (local development only).
+  ALLOW_PRIVATE_WEBHOOK_URLS: z.enum(['0', '1']).default('0'),
+  WEBHOOK_ATTEMPT_TIMEOUT_MS: ZPositiveInt.min(1000).max(30_000).default(15_000),
+  WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT: ZPositiveInt.max(100).default(10),
+  WEBHOOK_MAX_PAYLOAD_BYTES: ZPositiveInt.min(1024).max(1024 * 1024).default(256 * 1024),
+  WEBHOOK_ENDPOINTS_MAX: ZPositiveInt.max(100).default(16),
+  WEBHOOK_DISPATCH_INTERVAL_MS: ZPositiveInt.min(10).max(60_000).default(250),
 });
 
 export type TConfig = z.infer<typeof ZConfig> & { dataDir: string };

@@ -11,6 +11,7 @@ import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
+import type { WebhookEndpointPolicy } from '../services/webhook-endpoints.ts';
 
 export interface TestApp {
   url: string;
@@ -26,7 +27,13 @@ export interface TestApp {
 
 /** The real app on a real listener, over a private database, with the app pool under RLS. */
 export async function startTestApp(
-  options: { loginPolicy?: Partial<LoginPolicy>; temporal?: Client; outcomeWaitMs?: number } = {},
+  options: {
+    loginPolicy?: Partial<LoginPolicy>;
+    temporal?: Client;
+    outcomeWaitMs?: number;
+    /** Default: private targets allowed (tests deliver to local receivers), 16 endpoints. */
+    webhooks?: Partial<WebhookEndpointPolicy>;
+  } = {},
 ): Promise<TestApp> {
   const database = await createTestDatabase();
   const appSql = createSql({
@@ -54,6 +61,7 @@ export async function startTestApp(
     },
     readiness: { postgres: async () => true },
     limits: { bodyLimitBytes: 256 * 1024 },
+    webhooks: { allowPrivateUrls: true, maxEndpoints: 16, ...options.webhooks },
     loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },
     idempotency: createIdempotency({ sql: appSql, options: { ttlMs: 24 * 60 * 60 * 1000, leaseMs: 60_000 } }),
   });

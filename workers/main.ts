@@ -9,6 +9,8 @@ import { APP_ROLE, createSql, databaseOptionsFromConfig } from '../db/client.ts'
 import { loadWorkflowBundle } from './bundle.ts';
 import { createWorker } from './worker.ts';
 import { ensureSystemWorkflows } from './system-workflows.ts';
+import { startWebhookDispatcher } from './webhook-dispatcher.ts';
+import { createWebhookSender } from '../activities/webhooks/http.ts';
 
 const config = loadConfig();
 const logger = createLogger({ level: config.LOG_LEVEL, name: 'worker' });
@@ -37,10 +39,26 @@ const worker = await createWorker({
   workflowBundle: bundle,
   sql,
   temporal: () => temporal.client,
+  webhooks: {
+    sender: createWebhookSender({ allowPrivate: config.ALLOW_PRIVATE_WEBHOOK_URLS === '1' }),
+    limits: {
+      attemptTimeoutMs: config.WEBHOOK_ATTEMPT_TIMEOUT_MS,
+      maxInFlightPerEndpoint: config.WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT,
+      maxPayloadBytes: config.WEBHOOK_MAX_PAYLOAD_BYTES,
+    },
+  },
 });
 await ensureSystemWorkflows(temporal.client);
+const dispatcher = startWebhookDispatcher({
+  sql,
+  temporal: () => temporal.client,
+  logger,
+  intervalMs: config.WEBHOOK_DISPATCH_INTERVAL_MS,
+  batchSize: 100,
+});
 
 onShutdown(logger, config.SHUTDOWN_TIMEOUT_MS, async () => {
+  await dispatcher.stop();
   worker.shutdown();
   await running;
   await Promise.allSettled([connection.close(), temporal.close(), sql.end({ timeout: 5 })]);

@@ -18,7 +18,11 @@ export async function createWorker(deps: WorkerDeps): Promise<Worker> {
     namespace: deps.namespace,
     taskQueue: deps.taskQueue ?? TASK_QUEUES.core,
     workflowBundle: deps.workflowBundle,
-    activities: createActivities({ sql: deps.sql, ...(deps.temporal ? { temporal: deps.temporal } : {}) }),
+    activities: createActivities({
+      sql: deps.sql,
+      ...(deps.temporal ? { temporal: deps.temporal } : {}),
+      ...(deps.webhooks ? { webhooks: deps.webhooks } : {}),
+    }),
     shutdownGraceTime: '10 seconds',
     maxConcurrentActivityTaskExecutions: 100,
     maxConcurrentWorkflowTaskExecutions: 100,

@@ -3,3 +3,4 @@ export { dataRetentionWorkflow } from './data-retention.ts';
 export { idempotencyPurgeWorkflow } from './idempotency-purge.ts';
 export { transferSettlementWorkflow } from './transfer-settlement.ts';
 export { outboxRelayWorkflow } from './outbox-relay.ts';
+export { webhookDeliveryWorkflow, webhookResendWorkflow } from './webhook-delivery.ts';

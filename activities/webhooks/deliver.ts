@@ -1,0 +1,131 @@
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { Webhook } from 'standardwebhooks';
+import type { Sql } from '../../db/client.ts';
+import { withSystemScope } from '../../db/tenant.ts';
+import {
+  closeAttempt,
+  concludeDelivery,
+  disableFailingEndpoint,
+  findDeliveryContext,
+  openAttempt,
+  signingSecrets,
+  type DeliveryContext,
+} from '../../db/webhooks.ts';
+import { renderEvent } from '../../services/events.ts';
+import type { TransferSigner } from '../../api/v1/resources.ts';
+import type { AttemptInput, AttemptOutcome } from '../../workflows/shared/webhooks.ts';
+import type { WebhookSender } from './http.ts';
+
+export interface WebhookDeliveryLimits {
+  /** One HTTP attempt, connect to last byte. */
+  attemptTimeoutMs: number;
+  /** Attempts in flight at once per endpoint; more wait (the activity retries with backoff). */
+  maxInFlightPerEndpoint: number;
+  /** A larger rendered event is not sent; its delivery is canceled with the reason recorded. */
+  maxPayloadBytes: number;
+}
+
+export const WEBHOOK_LIMITS_DEFAULT: WebhookDeliveryLimits = {
+  attemptTimeoutMs: 15_000,
+  maxInFlightPerEndpoint: 10,
+  maxPayloadBytes: 256 * 1024,
+};
+
+export interface WebhookActivityDeps {
+  sql: Sql;
+  sender: WebhookSender;
+  signer: TransferSigner;
+  limits?: Partial<WebhookDeliveryLimits>;
+}
+
+/** Standard Webhooks headers; during a secret rotation both secrets sign (space-separated). */
+export function webhookHeaders(secrets: string[], msgId: string, at: Date, payload: string): Record<string, string> {
+  return {
+    'webhook-id': msgId,
+    'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+    'webhook-signature': secrets.map((secret) => new Webhook(secret).sign(msgId, at, payload)).join(' '),
+  };
+}
+
+function gone(context: DeliveryContext | undefined, trigger: AttemptInput['trigger']): string | undefined {
+  if (!context) return 'no such delivery';
+  if (context.endpoint.deletedAt) return 'the endpoint was deleted';
+  if (context.endpoint.status !== 'enabled') return 'the endpoint is disabled';
+  if (trigger === 'scheduled' && context.delivery.status === 'canceled') return 'the delivery was canceled';
+  return undefined;
+}
+
+export function createWebhookActivities(deps: WebhookActivityDeps) {
+  const limits = { ...WEBHOOK_LIMITS_DEFAULT, ...deps.limits };
+  return {
+    /**
+     * One attempt: the endpoint's current URL and secrets, the event's own ID as webhook-id (the same
+     * on every attempt and every resend), a fresh timestamp and signature. The attempt is recorded
+     * before the request (as the in-flight lease) and closed with its answer.
+     */
+    attemptWebhookDelivery: async (input: AttemptInput): Promise<AttemptOutcome> => {
+      const context = await withSystemScope(deps.sql, (tx) => findDeliveryContext(tx, input.eventId, input.endpointId));
+      const goneReason = gone(context, input.trigger);
+      if (goneReason || !context) return { kind: 'gone', reason: goneReason ?? 'no such delivery' };
+      if (input.trigger === 'scheduled' && context.delivery.status === 'succeeded') {
+        return { kind: 'delivered', statusCode: 200 }; // an earlier try of this activity got through
+      }
+      const payload = JSON.stringify(await renderEvent(context.event, deps.signer));
+      const activityAttempt = Context.current().info.attempt;
+      const opened = await withSystemScope(deps.sql, (tx) =>
+        openAttempt(tx, {
+          deliveryId: context.delivery.id,
+          companyId: context.delivery.companyId,
+          endpointId: context.endpoint.id,
+          eventId: context.event.id,
+          attemptKey: `${input.attemptKey}#${activityAttempt}`,
+          trigger: input.trigger,
+          url: context.endpoint.url,
+          leaseMs: limits.attemptTimeoutMs + 5_000,
+          maxInFlight: limits.maxInFlightPerEndpoint,
+        }),
+      );
+      if (opened === 'busy') {
+        throw ApplicationFailure.retryable(
+          `endpoint ${context.endpoint.id} has ${limits.maxInFlightPerEndpoint} attempts in flight`,
+          'WEBHOOK_ENDPOINT_BUSY',
+        );
+      }
+      const bytes = Buffer.byteLength(payload);
+      const at = new Date();
+      const result =
+        bytes > limits.maxPayloadBytes
+          ? { ok: false, statusCode: null, latencyMs: 0, error: `payload of ${bytes} bytes exceeds the ${limits.maxPayloadBytes}-byte limit`, responseBody: '' }
+          : await deps.sender.send({
+              url: context.endpoint.url,
+              headers: webhookHeaders(signingSecrets(context.endpoint, at), context.event.id, at, payload),
+              body: payload,
+              timeoutMs: limits.attemptTimeoutMs,
+            });
+      await withSystemScope(deps.sql, (tx) =>
+        closeAttempt(tx, opened.attemptId, { id: context.delivery.id, endpointId: context.endpoint.id }, result),
+      );
+      if (result.ok) return { kind: 'delivered', statusCode: result.statusCode ?? 200 };
+      if (bytes > limits.maxPayloadBytes) return { kind: 'gone', reason: result.error ?? 'payload too large' };
+      return { kind: 'failed', statusCode: result.statusCode, error: result.error ?? 'failed' };
+    },
+
+    /** Ends a delivery; a failed one disables its endpoint unless it has succeeded since the delivery began. */
+    concludeWebhookDelivery: async (input: { eventId: string; endpointId: string; status: 'failed' | 'canceled' }): Promise<{ endpointDisabled: boolean }> =>
+      withSystemScope(deps.sql, async (tx) => {
+        const context = await findDeliveryContext(tx, input.eventId, input.endpointId);
+        if (!context) return { endpointDisabled: false };
+        await concludeDelivery(tx, context.delivery.id, input.status);
+        if (input.status !== 'failed') return { endpointDisabled: false };
+        const endpointDisabled = await disableFailingEndpoint(
+          tx,
+          { endpointId: input.endpointId, createdAt: context.delivery.createdAt },
+          `Every attempt to deliver ${input.eventId} failed; re-enable the endpoint once it answers 2xx.`,
+        );
+        return { endpointDisabled };
+      }),
+  };
+}
+
+export type WebhookActivities = ReturnType<typeof createWebhookActivities>;

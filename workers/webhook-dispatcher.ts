@@ -1,0 +1,49 @@
+import type { Client } from '@temporalio/client';
+import type { Sql } from '../db/client.ts';
+import type { Logger } from '../platform/logger.ts';
+import { dispatchWebhookEvents } from '../services/webhook-dispatch.ts';
+
+export interface WebhookDispatcher {
+  stop(): Promise<void>;
+}
+
+/**
+ * Polls for undispatched events every `intervalMs` (a partial index makes an idle poll one cheap
+ * lookup; NOTIFY would serialize every committing transfer on a global lock) and keeps going
+ * without pause while there is a backlog. Errors back off up to 30 s; the loop never dies.
+ */
+export function startWebhookDispatcher(deps: { sql: Sql; temporal: () => Client; logger: Logger; intervalMs: number; batchSize: number }): WebhookDispatcher {
+  let stopping = false;
+  let wake: (() => void) | undefined;
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  const loop = (async () => {
+    let failures = 0;
+    while (!stopping) {
+      try {
+        const result = await dispatchWebhookEvents({ sql: deps.sql, temporal: deps.temporal() }, { batchSize: deps.batchSize });
+        failures = 0;
+        if (result.deliveries > 0) deps.logger.debug(result, 'webhook events dispatched');
+        if (result.failed > 0) deps.logger.warn(result, 'some webhook deliveries could not be started; the outbox relay will');
+        if (result.events < deps.batchSize) await pause(deps.intervalMs);
+      } catch (error) {
+        failures += 1;
+        deps.logger.error({ err: error }, 'webhook dispatch failed');
+        await pause(Math.min(30_000, deps.intervalMs * 2 ** failures));
+      }
+    }
+  })();
+  return {
+    async stop() {
+      stopping = true;
+      wake?.();
+      await loop;
+    },
+  };
+}
