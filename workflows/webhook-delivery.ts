@@ -14,6 +14,7 @@ import {
 // reached, the database is unreachable, or the worker died mid-attempt (same webhook-id every time).
 const { attemptWebhookDelivery } = proxyActivities<WebhookActivities>({
   startToCloseTimeout: '1 minute',
+  heartbeatTimeout: '5 seconds',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 12 },
 });
 

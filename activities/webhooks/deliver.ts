@@ -94,15 +94,26 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
       }
       const bytes = Buffer.byteLength(payload);
       const at = new Date();
-      const result =
-        bytes > limits.maxPayloadBytes
-          ? { ok: false, statusCode: null, latencyMs: 0, error: `payload of ${bytes} bytes exceeds the ${limits.maxPayloadBytes}-byte limit`, responseBody: '' }
-          : await deps.sender.send({
-              url: context.endpoint.url,
-              headers: webhookHeaders(signingSecrets(context.endpoint, at), context.event.id, at, payload),
-              body: payload,
-              timeoutMs: limits.attemptTimeoutMs,
-            });
+      // Heartbeats while the request is out: a worker that dies mid-attempt is noticed within the
+      // heartbeat timeout, and the attempt is made again (same webhook-id) by another worker.
+      const activity = Context.current();
+      const send = async () => {
+        if (bytes > limits.maxPayloadBytes) {
+          return { ok: false, statusCode: null, latencyMs: 0, error: `payload of ${bytes} bytes exceeds the ${limits.maxPayloadBytes}-byte limit`, responseBody: '' };
+        }
+        const beat = setInterval(() => activity.heartbeat(), 1_000);
+        try {
+          return await deps.sender.send({
+            url: context.endpoint.url,
+            headers: webhookHeaders(signingSecrets(context.endpoint, at), context.event.id, at, payload),
+            body: payload,
+            timeoutMs: limits.attemptTimeoutMs,
+          });
+        } finally {
+          clearInterval(beat);
+        }
+      };
+      const result = await send();
       await withSystemScope(deps.sql, (tx) =>
         closeAttempt(tx, opened.attemptId, { id: context.delivery.id, endpointId: context.endpoint.id }, result),
       );

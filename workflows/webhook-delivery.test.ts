@@ -1,0 +1,434 @@
+import assert from 'node:assert/strict';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, it } from 'node:test';
+import type { WorkflowHandle } from '@temporalio/client';
+import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import type { temporal } from '@temporalio/proto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { Webhook } from 'standardwebhooks';
+import { createActivities } from '../activities/index.ts';
+import { createWebhookSender } from '../activities/webhooks/http.ts';
+import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { withTenant } from '../db/tenant.ts';
+import { findWebhookEndpoint, listAttempts } from '../db/webhooks.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
+import { provisionTenant } from '../services/tenants.ts';
+import { createLedgerTransfer } from '../services/transfers.ts';
+import { dispatchWebhookEvents } from '../services/webhook-dispatch.ts';
+import {
+  changeWebhookEndpoint,
+  createWebhookEndpoint,
+  deleteWebhookEndpoint,
+  resendWebhookEvent,
+  rotateWebhookEndpointSecret,
+  type WebhookEndpointPolicy,
+} from '../services/webhook-endpoints.ts';
+import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
+import { startWebhookReceiver, type ReceivedWebhook, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
+import { pino } from 'pino';
+import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
+import { TASK_QUEUES } from './shared/task-queues.ts';
+import { WEBHOOK_RETRY_DELAYS_MS, webhookDeliveryWorkflowId, type WebhookDeliveryResult } from './shared/webhooks.ts';
+import type { webhookDeliveryWorkflow, webhookResendWorkflow } from './webhook-delivery.ts';
+
+const HISTORIES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'histories');
+const HISTORY_PREFIX = 'webhook-delivery-';
+const RECORDED_PATHS = ['delivered', 'retried', 'exhausted', 'endpoint-deleted', 'resend'];
+const POLICY: WebhookEndpointPolicy = { allowPrivateUrls: true, maxEndpoints: 16 };
+const ATTEMPT_TIMEOUT_MS = 1_500;
+
+interface Tenant {
+  companyId: string;
+  walletId: string;
+  accountId: string;
+}
+
+describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP receiver)', () => {
+  let env: TestWorkflowEnvironment;
+  let database: TestDatabase;
+  let appSql: Sql;
+  let signer: TransferSigner;
+  let worker: Worker;
+  let running: Promise<void>;
+  let tenantNumber = 0;
+  const receivers: WebhookReceiver[] = [];
+
+  before(async () => {
+    [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
+    appSql = createSql({
+      url: database.url,
+      poolMax: 5,
+      connectTimeoutS: 10,
+      idleTimeoutS: 5,
+      statementTimeoutMs: 10_000,
+      applicationName: 'payments-test-worker',
+      role: APP_ROLE,
+    });
+    signer = createTransferSigner({ sql: appSql });
+    worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue: TASK_QUEUES.core,
+      workflowBundle: await testWorkflowBundle(),
+      activities: createActivities({
+        sql: appSql,
+        webhooks: {
+          sender: createWebhookSender({ allowPrivate: true }),
+          signer,
+          limits: { attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, maxPayloadBytes: 64 * 1024 },
+        },
+      }),
+    });
+    running = worker.run();
+  });
+
+  after(async () => {
+    worker?.shutdown();
+    await running;
+    await Promise.all(receivers.map((receiver) => receiver.close()));
+    await appSql?.end({ timeout: 5 });
+    await env?.teardown();
+    await database?.drop();
+  });
+
+  async function newTenant(): Promise<Tenant> {
+    tenantNumber += 1;
+    const tenant = await provisionTenant(database.sql, { name: `Hooks ${tenantNumber}`, ownerEmail: `hooks${tenantNumber}@example.com` }, SYSTEM_ACTOR);
+    return { companyId: tenant.company.id, walletId: tenant.sandbox.usdWalletId, accountId: tenant.sandbox.usdAccountId };
+  }
+
+  async function receiver(...args: Parameters<typeof startWebhookReceiver>): Promise<WebhookReceiver> {
+    const started = await startWebhookReceiver(...args);
+    receivers.push(started);
+    return started;
+  }
+
+  async function transfer(tenant: Tenant, amount = 100n): Promise<{ transferId: string; eventId: string }> {
+    const created = await createLedgerTransfer(
+      appSql,
+      { companyId: tenant.companyId, environment: 'sandbox' },
+      { amount, currency: 'USD', source: tenant.walletId, destination: tenant.accountId },
+      `hook-${Math.random()}`,
+    );
+    const [event] = await database.sql<{ id: string }[]>`select id from events where object_id = ${created.id}`;
+    return { transferId: created.id, eventId: event!.id };
+  }
+
+  /** Dispatches pending events (as the worker's dispatcher loop does) and returns the delivery's handle. */
+  async function dispatch(eventId: string, endpointId: string): Promise<WorkflowHandle<typeof webhookDeliveryWorkflow>> {
+    const result = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
+    assert.equal(result.failed, 0);
+    return env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(webhookDeliveryWorkflowId(eventId, endpointId));
+  }
+
+  function verify(secret: string, request: ReceivedWebhook): { id: string; type: string; data: { object: Record<string, unknown>; version: number } } {
+    return new Webhook(secret).verify(request.body, request.headers) as never;
+  }
+
+  async function replay(handle: { fetchHistory(): Promise<temporal.api.history.v1.IHistory>; workflowId: string }, recordAs?: string) {
+    const history = await handle.fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
+    if (recordAs && process.env.UPDATE_HISTORIES === '1') {
+      await writeFile(join(HISTORIES_DIR, `${HISTORY_PREFIX}${recordAs}.history.json`), historyToJSON(history));
+    }
+    return history;
+  }
+
+  /** The durations of the workflow's timers, in order. */
+  function timers(history: temporal.api.history.v1.IHistory): number[] {
+    return (history.events ?? [])
+      .filter((event) => event.timerStartedEventAttributes)
+      .map((event) => {
+        const timeout = event.timerStartedEventAttributes!.startToFireTimeout!;
+        return Number(timeout.seconds ?? 0) * 1000 + Math.floor((timeout.nanos ?? 0) / 1e6);
+      });
+  }
+
+  async function attemptsOf(companyId: string, endpointId: string) {
+    return withTenant(database.sql, companyId, (tx) => listAttempts(tx, endpointId, { limit: 100 }));
+  }
+
+  it('delivers a transfer event at once, signed the Standard Webhooks way, with the signed transfer inside', async () => {
+    const tenant = await newTenant();
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, { companyId: tenant.companyId, environment: 'sandbox' }, { url: hooks.url }, POLICY);
+    const { transferId, eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    const result: WebhookDeliveryResult = await handle.result();
+    assert.deepEqual(result, { status: 'succeeded', attempts: 1 });
+
+    assert.equal(hooks.received.length, 1);
+    const request = hooks.received[0]!;
+    assert.equal(request.headers['webhook-id'], eventId);
+    assert.equal(request.headers['content-type'], 'application/json');
+    const payload = verify(endpoint.secret, request);
+    assert.equal(payload.id, eventId);
+    assert.equal(payload.type, 'transfer.settled');
+    assert.equal(payload.data.version, 1);
+    assert.equal(payload.data.object.id, transferId);
+    assert.equal(payload.data.object.status, 'settled');
+    const { signature, ...object } = payload.data.object;
+    assert.equal(await signer.verify(object, signature as string), true, 'the transfer inside the event is signed');
+    // A forged body or a wrong secret does not verify.
+    assert.throws(() => new Webhook(endpoint.secret).verify(request.body.replace('settled', 'failed'), request.headers));
+
+    const attempts = await attemptsOf(tenant.companyId, endpoint.id);
+    assert.equal(attempts.length, 1);
+    assert.equal(attempts[0]!.state, 'succeeded');
+    assert.equal(attempts[0]!.statusCode, 200);
+    assert.equal(attempts[0]!.responseBody, 'ok');
+    const [delivery] = await database.sql<{ status: string; attempts: number }[]>`
+      select status, attempts from webhook_deliveries where event_id = ${eventId}`;
+    assert.deepEqual({ ...delivery }, { status: 'succeeded', attempts: 1 });
+    const attributes = (await handle.describe()).typedSearchAttributes;
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.objectStatus), 'succeeded');
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.companyId), tenant.companyId);
+    assert.equal(attributes.get(SEARCH_ATTRIBUTES.objectId), eventId);
+    await replay(handle, 'delivered');
+  });
+
+  it('walks the whole schedule: seven failures then success, same webhook-id, every signature valid', async () => {
+    const tenant = await newTenant();
+    const big = 'x'.repeat(4096) + 'é';
+    const hooks = await receiver((_request, index) => (index < 7 ? { status: index % 2 ? 500 : 404, body: big } : { status: 204 }));
+    const endpoint = await createWebhookEndpoint(appSql, { companyId: tenant.companyId, environment: 'sandbox' }, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    const started = Date.now();
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 8 });
+    assert.ok(Date.now() - started < 60_000, 'more than a day of schedule passes in seconds');
+
+    assert.equal(hooks.received.length, 8);
+    for (const request of hooks.received) {
+      assert.equal(request.headers['webhook-id'], eventId);
+      assert.equal(verify(endpoint.secret, request).id, eventId);
+    }
+    const history = await replay(handle, 'retried');
+    assert.deepEqual(timers(history), WEBHOOK_RETRY_DELAYS_MS.slice(1));
+
+    const attempts = (await attemptsOf(tenant.companyId, endpoint.id)).reverse();
+    assert.deepEqual(
+      attempts.map((attempt) => [attempt.state, attempt.statusCode]),
+      [...Array.from({ length: 7 }, (_, index) => ['failed', index % 2 ? 500 : 404]), ['succeeded', 204]],
+    );
+    for (const attempt of attempts.slice(0, 7)) {
+      assert.ok(Buffer.byteLength(attempt.responseBody ?? '') <= 1024, 'at most 1 KiB of the answer is kept');
+      assert.ok(attempt.responseBody!.startsWith('xxxx'));
+      assert.match(attempt.error ?? '', /HTTP (404|500)/);
+      assert.ok(attempt.latencyMs !== null && attempt.latencyMs >= 0);
+    }
+    const current = await withTenant(database.sql, tenant.companyId, (tx) =>
+      findWebhookEndpoint(tx, { companyId: tenant.companyId, environment: 'sandbox' }, endpoint.id),
+    );
+    assert.equal(current?.status, 'enabled');
+  });
+
+  it('disables an endpoint that fails the whole schedule and tells the company with an event', async () => {
+    const tenant = await newTenant();
+    const hooks = await receiver(() => ({ status: 503, body: 'down' }));
+    const watcher = await receiver();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const other = await createWebhookEndpoint(appSql, scope, { url: watcher.url, events: ['webhook_endpoint.disabled'] }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    assert.deepEqual(await handle.result(), { status: 'failed', attempts: 8, endpointDisabled: true });
+    assert.equal(hooks.received.length, 8);
+
+    const current = await withTenant(database.sql, tenant.companyId, (tx) => findWebhookEndpoint(tx, scope, endpoint.id));
+    assert.equal(current?.status, 'disabled');
+    assert.match(current?.disabledReason ?? '', /Every attempt to deliver/);
+    const [disabled] = await database.sql<{ id: string; object_version: number }[]>`
+      select id, object_version from events where object_id = ${endpoint.id} and type = 'webhook_endpoint.disabled'`;
+    assert.ok(disabled, 'the company is told by an event');
+    assert.equal(disabled.object_version, 2);
+    // The other endpoint subscribed to exactly that event gets it; it never got the transfer event.
+    const notice = await dispatch(disabled.id, other.id);
+    assert.deepEqual(await notice.result(), { status: 'succeeded', attempts: 1 });
+    assert.equal(watcher.received.length, 1);
+    const payload = verify(other.secret, watcher.received[0]!);
+    assert.equal(payload.type, 'webhook_endpoint.disabled');
+    assert.equal(payload.data.object.id, endpoint.id);
+    assert.equal(payload.data.object.enabled, false);
+    assert.equal('secret' in payload.data.object, false);
+    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    assert.equal(delivery?.status, 'failed');
+    await replay(handle, 'exhausted');
+
+    // A disabled endpoint gets nothing new; enabling it again is an event too.
+    await transfer(tenant);
+    const fanned = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
+    assert.equal(fanned.deliveries, 0);
+    await changeWebhookEndpoint(appSql, scope, endpoint.id, { enabled: true }, POLICY);
+    const [enabled] = await database.sql`select 1 from events where object_id = ${endpoint.id} and type = 'webhook_endpoint.enabled'`;
+    assert.ok(enabled);
+  });
+
+  it('does not disable an endpoint that succeeded since the failed delivery began', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    let doomed = '';
+    const hooks = await receiver((request) => (request.headers['webhook-id'] === doomed ? { status: 500 } : { status: 200 }));
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const first = await transfer(tenant);
+    doomed = first.eventId;
+    const handle = await dispatch(first.eventId, endpoint.id);
+    // While the first delivery waits between attempts, another event gets through.
+    await waitForAttempts(tenant.companyId, endpoint.id, 1);
+    const second = await transfer(tenant);
+    const secondHandle = await dispatch(second.eventId, endpoint.id);
+    assert.equal((await secondHandle.result()).status, 'succeeded');
+    assert.deepEqual(await handle.result(), { status: 'failed', attempts: 8, endpointDisabled: false });
+    const current = await withTenant(database.sql, tenant.companyId, (tx) => findWebhookEndpoint(tx, scope, endpoint.id));
+    assert.equal(current?.status, 'enabled');
+  });
+
+  async function waitForAttempts(companyId: string, endpointId: string, count: number): Promise<void> {
+    for (let i = 0; i < 200; i++) {
+      const finished = (await attemptsOf(companyId, endpointId)).filter((attempt) => attempt.state !== 'in_flight');
+      if (finished.length >= count) return;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    throw new Error(`fewer than ${count} attempts`);
+  }
+
+  it('stops when the endpoint is deleted between attempts', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver(() => ({ status: 500 }));
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    await waitForAttempts(tenant.companyId, endpoint.id, 1);
+    await deleteWebhookEndpoint(appSql, scope, endpoint.id);
+    const result = await handle.result();
+    assert.equal(result.status, 'canceled');
+    assert.ok(result.attempts <= 2);
+    assert.ok(hooks.received.length <= 1);
+    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    assert.equal(delivery?.status, 'canceled');
+    await replay(handle, 'endpoint-deleted');
+  });
+
+  it('counts no answer within the timeout as a failure', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    let hang = true;
+    const hooks = await receiver(() => (hang ? 'hang' : { status: 200 }));
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    await waitForAttempts(tenant.companyId, endpoint.id, 1);
+    hang = false;
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 2 });
+    const attempts = (await attemptsOf(tenant.companyId, endpoint.id)).reverse();
+    assert.equal(attempts[0]!.state, 'failed');
+    assert.match(attempts[0]!.error ?? '', /timeout/);
+    assert.equal(attempts[1]!.state, 'succeeded');
+  });
+
+  it('signs with both secrets during a rotation overlap, and with the new one alone after', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const rotated = await rotateWebhookEndpointSecret(appSql, scope, endpoint.id, 3600);
+    assert.notEqual(rotated.secret, endpoint.secret);
+    const first = await transfer(tenant);
+    await (await dispatch(first.eventId, endpoint.id)).result();
+    const during = hooks.received[0]!;
+    assert.equal(during.headers['webhook-signature']!.split(' ').length, 2);
+    verify(endpoint.secret, during); // a receiver still on the old secret accepts it
+    verify(rotated.secret, during); // and one already on the new secret too
+
+    const retired = await rotateWebhookEndpointSecret(appSql, scope, endpoint.id, 0);
+    const second = await transfer(tenant);
+    await (await dispatch(second.eventId, endpoint.id)).result();
+    const afterwards = hooks.received[1]!;
+    assert.equal(afterwards.headers['webhook-signature']!.split(' ').length, 1);
+    verify(retired.secret, afterwards);
+    assert.throws(() => verify(rotated.secret, afterwards));
+  });
+
+  it('resends by hand: one manual attempt with the original webhook-id, once per idempotency key', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    await (await dispatch(eventId, endpoint.id)).result();
+    const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
+    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
+    const again = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
+    assert.equal(again.workflowId, resend.workflowId);
+    const handle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
+    assert.deepEqual(await handle.result(), { kind: 'delivered', statusCode: 200 });
+    assert.equal(hooks.received.length, 2, 'the same key resends once');
+    assert.equal(hooks.received[1]!.headers['webhook-id'], eventId);
+    verify(endpoint.secret, hooks.received[1]!);
+    const attempts = await attemptsOf(tenant.companyId, endpoint.id);
+    assert.deepEqual(attempts.map((attempt) => attempt.trigger).sort(), ['manual', 'scheduled']);
+    await replay(handle, 'resend');
+  });
+
+  it('holds an endpoint to its in-flight limit', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    // Ten leases held by attempts in flight for another delivery (the default limit): this one waits.
+    const blocker = await transfer(tenant);
+    const [delivery] = await database.sql<{ id: string }[]>`
+      insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
+      values (${tenant.companyId}, 'sandbox', ${blocker.eventId}, ${endpoint.id}) returning id`;
+    await database.sql`
+      insert into webhook_attempts (company_id, delivery_id, endpoint_id, event_id, attempt_key, trigger, url, lease_until)
+      select ${tenant.companyId}, ${delivery!.id}, ${endpoint.id}, ${blocker.eventId}, 'blocker:' || n, 'scheduled', 'x',
+             now() + interval '1500 milliseconds'
+      from generate_series(1, 10) as n`;
+    const { eventId } = await transfer(tenant);
+    const handle = await dispatch(eventId, endpoint.id);
+    assert.equal((await handle.result()).status, 'succeeded');
+    assert.equal(hooks.received.length, 1);
+    const [lease] = await database.sql<{ until: Date }[]>`
+      select max(lease_until) as until from webhook_attempts where attempt_key like 'blocker:%'`;
+    assert.ok(hooks.received[0]!.receivedAt >= lease!.until.getTime() - 50, 'no request before a lease was free');
+  });
+
+  it('cancels a delivery whose payload is over the size limit, recording why', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    // A stored event whose object is larger than the worker's 64 KiB limit.
+    const { eventId } = await transfer(tenant);
+    await database.sql`alter table events disable trigger events_guard`;
+    await database.sql`
+      update events set snapshot = jsonb_set(snapshot, '{currency}', to_jsonb(repeat('X', 70000))) where id = ${eventId}`;
+    await database.sql`alter table events enable trigger events_guard`;
+    const handle = await dispatch(eventId, endpoint.id);
+    assert.deepEqual(await handle.result(), { status: 'canceled', attempts: 1 });
+    assert.equal(hooks.received.length, 0);
+    const [attempt] = await attemptsOf(tenant.companyId, endpoint.id);
+    assert.match(attempt?.error ?? '', /exceeds the 65536-byte limit/);
+  });
+});
+
+describe('webhook delivery histories', () => {
+  it('replays every recorded history without non-determinism', async () => {
+    const files = (await readdir(HISTORIES_DIR)).filter((file) => file.startsWith(HISTORY_PREFIX)).sort();
+    assert.deepEqual(
+      files,
+      RECORDED_PATHS.map((path) => `${HISTORY_PREFIX}${path}.history.json`).sort(),
+      'one recorded history per main path (record them with UPDATE_HISTORIES=1)',
+    );
+    for (const file of files) {
+      const history = historyFromJSON(JSON.parse(await readFile(join(HISTORIES_DIR, file), 'utf8')));
+      await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, `recorded/${file}`);
+    }
+  });
+});
