@@ -4,6 +4,10 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { RETENTION_POLICIES } from '../db/retention.ts';
 import { createDataRetentionActivities } from './data-retention.ts';
+import { newId } from '../platform/ids.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { provisionTenant } from '../services/tenants.ts';
+import { generateWebhookSecret } from '../services/webhook-endpoints.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -41,16 +45,16 @@ describe('purgeExpiredRows activity', () => {
     ], now);
     const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
     const result = await new MockActivityEnvironment().run(activities.purgeExpiredRows, { asOfMs: now, batchSize: 100, maxBatches: 5 });
-    assert.deepEqual(result, { deleted: { 'outbox.dispatched': 1 }, backlog: false });
+    assert.deepEqual(result, { deleted: { 'outbox.dispatched': 1, 'webhook_attempts.finished': 0 }, backlog: false });
     assert.deepEqual(await remaining(database), ['old-pending', 'recent-dispatched']);
 
     // Idempotent: the same sweep retried deletes nothing more.
     const retry = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 100, maxBatches: 5 });
-    assert.deepEqual(retry, { deleted: { 'outbox.dispatched': 0 }, backlog: false });
+    assert.deepEqual(retry, { deleted: { 'outbox.dispatched': 0, 'webhook_attempts.finished': 0 }, backlog: false });
 
     // Two days later the other dispatched row has expired too; the pending one never does.
     const later = await activities.purgeExpiredRows({ asOfMs: now + 2 * DAY_MS, batchSize: 100, maxBatches: 5 });
-    assert.deepEqual(later.deleted, { 'outbox.dispatched': 1 });
+    assert.deepEqual(later.deleted, { 'outbox.dispatched': 1, 'webhook_attempts.finished': 0 });
     assert.deepEqual(await remaining(database), ['old-pending']);
   });
 
@@ -59,9 +63,35 @@ describe('purgeExpiredRows activity', () => {
     await seed(database, Array.from({ length: 7 }, (_, index) => ({ id: `wf-${index}`, dispatchedDaysAgo: 10 })), now);
     const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
     const first = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
-    assert.deepEqual(first, { deleted: { 'outbox.dispatched': 4 }, backlog: true });
+    assert.deepEqual(first, { deleted: { 'outbox.dispatched': 4, 'webhook_attempts.finished': 0 }, backlog: true });
     const second = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
-    assert.deepEqual(second, { deleted: { 'outbox.dispatched': 3 }, backlog: false });
+    assert.deepEqual(second, { deleted: { 'outbox.dispatched': 3, 'webhook_attempts.finished': 0 }, backlog: false });
     assert.deepEqual(await remaining(database), []);
+  });
+
+  it('deletes webhook attempts finished more than 30 days ago, never one in flight', async () => {
+    const now = Date.now();
+    const tenant = await provisionTenant(database.sql, { name: 'Retention', ownerEmail: 'retention@example.com' }, SYSTEM_ACTOR);
+    const companyId = tenant.company.id;
+    const [endpoint] = await database.sql<{ id: string }[]>`
+      insert into webhook_endpoints (id, company_id, environment, url, secret)
+      values (${newId('we')}, ${companyId}, 'sandbox', 'https://hooks.example.com', ${generateWebhookSecret()}) returning id`;
+    const [event] = await database.sql<{ id: string }[]>`select id from events where company_id = ${companyId} limit 1`;
+    const [delivery] = await database.sql<{ id: string }[]>`
+      insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
+      values (${companyId}, 'sandbox', ${event!.id}, ${endpoint!.id}) returning id`;
+    for (const [key, finishedDaysAgo] of [['old', 31], ['recent', 29], ['in-flight', null]] as const) {
+      const finished = finishedDaysAgo === null ? null : new Date(now - finishedDaysAgo * DAY_MS);
+      await database.sql`
+        insert into webhook_attempts (company_id, delivery_id, endpoint_id, event_id, attempt_key, trigger, url, state,
+                                      started_at, lease_until, finished_at)
+        values (${companyId}, ${delivery!.id}, ${endpoint!.id}, ${event!.id}, ${key}, 'scheduled', 'https://hooks.example.com',
+                ${finished ? 'failed' : 'in_flight'}, ${new Date(now - 40 * DAY_MS)}, ${new Date(now - 40 * DAY_MS)}, ${finished})`;
+    }
+    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const result = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 100, maxBatches: 5 });
+    assert.equal(result.deleted['webhook_attempts.finished'], 1);
+    const left = await database.sql<{ attempt_key: string }[]>`select attempt_key from webhook_attempts order by attempt_key`;
+    assert.deepEqual(left.map((row) => row.attempt_key), ['in-flight', 'recent']);
   });
 });

@@ -31,4 +31,22 @@ export const RETENTION_POLICIES: readonly RetentionPolicy[] = [
       return rows.length;
     },
   },
+  {
+    // Webhook attempts are a debugging log, not a business record (the delivery row and the event
+    // stay): 30 days, as long as a receiver could reasonably ask what was sent.
+    name: 'webhook_attempts.finished',
+    keepForMs: 30 * DAY_MS,
+    async purge(tx, { olderThan, limit }) {
+      const rows = await tx`
+        delete from webhook_attempts
+        where id in (
+          select id from webhook_attempts
+          where finished_at is not null and finished_at < ${olderThan}
+          order by finished_at
+          limit ${limit}
+        )
+        returning id`;
+      return rows.length;
+    },
+  },
 ];
