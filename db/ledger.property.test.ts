@@ -7,9 +7,9 @@ import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import postgres from 'postgres';
 import { newId } from '../platform/ids.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
 import { openSystemAccount } from '../test-support/ledger.ts';
-import { APP_ROLE, createSql, type Sql, type TransactionSql } from './client.ts';
+import { type Sql, type TransactionSql } from './client.ts';
 import { openLedgerAccount, postLedgerTransfer, type Environment } from './ledger.ts';
 import { withTenant } from './tenant.ts';
 
@@ -172,15 +172,7 @@ describe('ledger properties (database vs. model)', () => {
   before(async () => {
     database = await createTestDatabase({ poolMax: 4 });
     sql = database.sql;
-    appSql = createSql({
-      url: database.url,
-      poolMax: 10,
-      connectTimeoutS: 10,
-      idleTimeoutS: 5,
-      statementTimeoutMs: 10_000,
-      applicationName: 'ledger-property-test',
-      role: APP_ROLE,
-    });
+    appSql = createAppRoleSql(database.url, { applicationName: 'ledger-property-test', poolMax: 10 });
   });
   after(async () => {
     await appSql.end({ timeout: 5 });

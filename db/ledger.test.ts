@@ -6,9 +6,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres from 'postgres';
 import { newId } from '../platform/ids.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
 import { openSystemAccount } from '../test-support/ledger.ts';
-import { APP_ROLE, createSql, type Sql, type TransactionSql } from './client.ts';
+import { type Sql, type TransactionSql } from './client.ts';
 import {
   balancesOf,
   findLedgerAccount,
@@ -896,15 +896,7 @@ describe('ledger (database-enforced invariants)', () => {
     let bHold: { transferId: string; holdId: string };
 
     before(async () => {
-      appSql = createSql({
-        url: database.url,
-        poolMax: 2,
-        connectTimeoutS: 10,
-        idleTimeoutS: 5,
-        statementTimeoutMs: 10_000,
-        applicationName: 'ledger-rls-test',
-        role: APP_ROLE,
-      });
+      appSql = createAppRoleSql(database.url, { applicationName: 'ledger-rls-test', poolMax: 2 });
       coA = await newCompany();
       coB = await newCompany();
       a1 = await open(coA);
@@ -1175,15 +1167,7 @@ describe('ledger (database-enforced invariants)', () => {
   describe('fixed defects', () => {
     let appSql: Sql;
     before(() => {
-      appSql = createSql({
-        url: database.url,
-        poolMax: 2,
-        connectTimeoutS: 10,
-        idleTimeoutS: 5,
-        statementTimeoutMs: 10_000,
-        applicationName: 'ledger-defects-test',
-        role: APP_ROLE,
-      });
+      appSql = createAppRoleSql(database.url, { applicationName: 'ledger-defects-test', poolMax: 2 });
     });
     after(async () => appSql.end({ timeout: 5 }));
 

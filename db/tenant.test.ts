@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
-import { APP_ROLE, createSql, type Sql } from './client.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
+import { type Sql } from './client.ts';
 import { withSystemScope, withTenant } from './tenant.ts';
 
 describe('row-level security', () => {
@@ -16,15 +16,7 @@ describe('row-level security', () => {
 
   before(async () => {
     database = await createTestDatabase();
-    appSql = createSql({
-      url: database.url,
-      poolMax: 2,
-      connectTimeoutS: 10,
-      idleTimeoutS: 5,
-      statementTimeoutMs: 10_000,
-      applicationName: 'rls-test',
-      role: APP_ROLE,
-    });
+    appSql = createAppRoleSql(database.url, { applicationName: 'rls-test', poolMax: 2 });
     a = await provisionTenant(database.sql, { name: 'A', ownerEmail: 'a@rls.example' }, SYSTEM_ACTOR);
     b = await provisionTenant(database.sql, { name: 'B', ownerEmail: 'b@rls.example' }, SYSTEM_ACTOR);
   });

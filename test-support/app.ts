@@ -5,12 +5,12 @@ import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp, type App } from '../api/app.ts';
 import { createIdempotency } from '../api/middleware/idempotency.ts';
 import { closeServer, listen } from '../api/server.ts';
-import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { type Sql } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY, type LoginPolicy } from '../services/auth.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
-import { createTestDatabase, type TestDatabase } from './db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from './db.ts';
 import type { WebhookEndpointPolicy } from '../services/webhook-endpoints.ts';
 
 export interface TestApp {
@@ -36,15 +36,7 @@ export async function startTestApp(
   } = {},
 ): Promise<TestApp> {
   const database = await createTestDatabase();
-  const appSql = createSql({
-    url: database.url,
-    poolMax: 10,
-    connectTimeoutS: 10,
-    idleTimeoutS: 5,
-    statementTimeoutMs: 10_000,
-    applicationName: 'payments-test-api',
-    role: APP_ROLE,
-  });
+  const appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-api', poolMax: 10 });
   const signer = createTransferSigner({ sql: appSql });
   const app = createApp({
     // LOG_LEVEL=error npm test -- file shows the app's errors (npm test sets it to silent by default).

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
-import { createSql, type Sql } from '../db/client.ts';
+import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { testEnv } from './env.ts';
 
 export interface TestDatabase {
@@ -54,4 +54,17 @@ export async function createTestDatabase(options: { empty?: boolean; poolMax?: n
       }
     },
   };
+}
+
+/** A pool on a test database that connects as `payments_app`, as the API and worker do: RLS applies. */
+export function createAppRoleSql(url: string, options: { applicationName: string; poolMax?: number }): Sql {
+  return createSql({
+    url,
+    poolMax: options.poolMax ?? 5,
+    connectTimeoutS: 10,
+    idleTimeoutS: 5,
+    statementTimeoutMs: 10_000,
+    applicationName: options.applicationName,
+    role: APP_ROLE,
+  });
 }

@@ -11,10 +11,10 @@ import {
   type PurgeExpiredIdempotencyKeysInput,
   type PurgeExpiredIdempotencyKeysResult,
 } from '../activities/idempotency.ts';
-import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { type Sql } from '../db/client.ts';
 import { withSystemScope } from '../db/tenant.ts';
 import { resolveTemporalCli } from '../platform/temporal.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { ensureSystemWorkflows, IDEMPOTENCY_PURGE_SCHEDULE_ID } from '../workers/system-workflows.ts';
@@ -29,15 +29,7 @@ const COMPANY_B = `co_${randomBytes(16).toString('hex')}`;
 
 /** The worker's pool connects as payments_app: the purge sees other companies' rows only in system scope. */
 function createAppSql(database: TestDatabase): Sql {
-  return createSql({
-    url: database.url,
-    poolMax: 5,
-    connectTimeoutS: 10,
-    idleTimeoutS: 5,
-    statementTimeoutMs: 10_000,
-    applicationName: 'payments-test-worker',
-    role: APP_ROLE,
-  });
+  return createAppRoleSql(database.url, { applicationName: 'payments-test-worker', poolMax: 5 });
 }
 
 async function seedCompanies(database: TestDatabase): Promise<void> {

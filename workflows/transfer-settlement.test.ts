@@ -21,14 +21,14 @@ import { createActivities } from '../activities/index.ts';
 import { createSandboxAchRail, SANDBOX_MAGIC } from '../activities/rails/sandbox-ach.ts';
 import type { PayoutRail, PayoutRequest } from '../activities/rails/types.ts';
 import { createUnconfiguredLiveRail } from '../activities/transfers.ts';
-import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { type Sql } from '../db/client.ts';
 import { balancesOf, findLedgerAccount, transferHistory } from '../db/ledger.ts';
 import { createRailTransfer, insertExternalAccount, systemAccount } from '../db/rails.ts';
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
@@ -115,15 +115,7 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
   before(async () => {
     [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
     // The worker's pool is the application's: payments_app, under row-level security.
-    appSql = createSql({
-      url: database.url,
-      poolMax: 5,
-      connectTimeoutS: 10,
-      idleTimeoutS: 5,
-      statementTimeoutMs: 10_000,
-      applicationName: 'payments-test-worker',
-      role: APP_ROLE,
-    });
+    appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-worker', poolMax: 5 });
     // The time-skipping server knows only the built-in search attributes: the workflow upserts the
     // custom ones, so they must be registered (as bin/start.ts does on the dev server). Those that
     // createTimeSkippingEnv registered already answer ALREADY_EXISTS.

@@ -11,7 +11,7 @@ import { Worker } from '@temporalio/worker';
 import { Webhook } from 'standardwebhooks';
 import { createActivities } from '../activities/index.ts';
 import { createWebhookSender } from '../activities/webhooks/http.ts';
-import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
+import { type Sql } from '../db/client.ts';
 import { withTenant } from '../db/tenant.ts';
 import { findWebhookEndpoint, listAttempts } from '../db/webhooks.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -27,7 +27,7 @@ import {
   rotateWebhookEndpointSecret,
   type WebhookEndpointPolicy,
 } from '../services/webhook-endpoints.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
 import { startWebhookReceiver, type ReceivedWebhook, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
 import { pino } from 'pino';
@@ -60,15 +60,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
 
   before(async () => {
     [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
-    appSql = createSql({
-      url: database.url,
-      poolMax: 5,
-      connectTimeoutS: 10,
-      idleTimeoutS: 5,
-      statementTimeoutMs: 10_000,
-      applicationName: 'payments-test-worker',
-      role: APP_ROLE,
-    });
+    appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-worker', poolMax: 5 });
     signer = createTransferSigner({ sql: appSql });
     worker = await Worker.create({
       connection: env.nativeConnection,
