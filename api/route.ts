@@ -23,7 +23,7 @@ export interface IdempotencyRunner {
   run(
     ctx: Context,
     scope: { companyId: string; environment: 'sandbox' | 'live' | 'admin' },
-    options: { required: boolean },
+    options: { required: boolean; deferred?: boolean },
     execute: () => Promise<void>,
   ): Promise<void>;
 }
@@ -48,8 +48,12 @@ export interface RouteDefinition<P extends Schema = Schema, Q extends Schema = S
   tags: string[];
   auth: RouteAuth;
   resource?: RouteResource;
-  /** Writes are idempotent by default; a route that must never replay (sign-in) opts out. */
-  idempotent?: boolean;
+  /**
+   * Writes are idempotent by default; a route that must never replay (sign-in) opts out. 'deferred':
+   * the handler claims the key itself through `ctx.state.deferredIdempotency`, to fold the claim
+   * into its own statement (api/middleware/idempotency.ts).
+   */
+  idempotent?: boolean | 'deferred';
   params?: P;
   query?: Q;
   body?: B;
@@ -120,7 +124,8 @@ export function mountRoutes(router: Router, routes: readonly RouteDefinition[], 
       const principal = ctx.state.auth;
       if (layer.idempotency && principal && WRITE_METHODS.has(route.method) && route.idempotent !== false) {
         const environment = principal.kind === 'api_key' ? principal.environment : 'admin';
-        await layer.idempotency.run(ctx, { companyId: principal.companyId, environment }, { required: principal.kind === 'api_key' }, execute);
+        const options = { required: principal.kind === 'api_key', deferred: route.idempotent === 'deferred' };
+        await layer.idempotency.run(ctx, { companyId: principal.companyId, environment }, options, execute);
       } else {
         await execute();
       }

@@ -83,6 +83,57 @@ function toRecord(row: IdempotencyRow): IdempotencyRecord {
   };
 }
 
+/**
+ * What a write that claims its key in its own statement (the ledger hot path, migration 00006) sends
+ * along: the key, the request's fingerprint, how long to keep it, and the response to store.
+ */
+export type IdempotencyClaim = IdempotencyKeyId & {
+  requestMethod: IdempotencyMethod;
+  requestPath: string;
+  requestHash: Buffer;
+  ttlMs: number;
+  response: StoredResponse;
+};
+
+/** A key that was already taken when a statement tried to claim it. */
+export type ExistingIdempotencyKey =
+  | { status: 'running'; sameRequest: boolean; lockedUntil: Date; leaseExpired: boolean }
+  | { status: 'completed'; sameRequest: boolean; response: StoredResponse };
+
+/**
+ * The result of a claim-and-write statement: the write happened and the response is stored
+ * ('created'), the key exists ('existing': nothing was written), or the row vanished between the
+ * statement's insert and its read ('retry': nothing was written, try again).
+ */
+export type ClaimOutcome = { kind: 'created' } | { kind: 'existing'; existing: ExistingIdempotencyKey } | { kind: 'retry' };
+
+export interface ClaimOutcomeRow {
+  outcome: 'created' | 'existing' | 'retry';
+  key_status: 'running' | 'completed' | null;
+  same_request: boolean | null;
+  locked_until: Date | null;
+  lease_expired: boolean | null;
+  response_status: number | null;
+  response_headers: Record<string, string> | null;
+  response_body: Buffer | null;
+}
+
+export function claimOutcomeOf(row: ClaimOutcomeRow): ClaimOutcome {
+  if (row.outcome !== 'existing') return { kind: row.outcome };
+  const sameRequest = row.same_request === true;
+  if (row.key_status === 'running') {
+    return { kind: 'existing', existing: { status: 'running', sameRequest, lockedUntil: row.locked_until!, leaseExpired: row.lease_expired === true } };
+  }
+  return {
+    kind: 'existing',
+    existing: {
+      status: 'completed',
+      sameRequest,
+      response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body ?? Buffer.alloc(0) },
+    },
+  };
+}
+
 /** The lease end `leaseMs` from now on the database clock, truncated so it round-trips as a Date. */
 const leaseEnd = (tx: TransactionSql, leaseMs: number) =>
   tx`date_trunc('milliseconds', clock_timestamp() + ${leaseMs}::double precision * interval '1 millisecond')`;
@@ -168,6 +219,32 @@ export async function releaseIdempotencyKey(tx: TransactionSql, id: IdempotencyK
     delete from idempotency_keys
     where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}
       and status = 'running' and locked_until = ${id.lease}
+    returning 1`;
+  return rows.length === 1;
+}
+
+/**
+ * Inserts the key already completed with its response, unless a row for it exists: for an answer
+ * decided without a running row (a refusal of the single-statement hot path). True when inserted.
+ */
+export async function insertCompletedIdempotencyKey(
+  tx: TransactionSql,
+  entry: IdempotencyKeyId & {
+    requestMethod: IdempotencyMethod;
+    requestPath: string;
+    requestHash: Buffer;
+    ttlMs: number;
+    response: StoredResponse;
+  },
+): Promise<boolean> {
+  const rows = await tx`
+    insert into idempotency_keys
+      (company_id, environment, key, request_method, request_path, request_hash, status, locked_until,
+       response_status, response_headers, response_body, completed_at, expires_at)
+    values (${entry.companyId}, ${entry.environment}, ${entry.key}, ${entry.requestMethod}, ${entry.requestPath},
+            ${entry.requestHash}, 'completed', null, ${entry.response.status}, ${tx.json(entry.response.headers)},
+            ${entry.response.body}, now(), now() + ${entry.ttlMs}::double precision * interval '1 millisecond')
+    on conflict (company_id, environment, key) do nothing
     returning 1`;
   return rows.length === 1;
 }

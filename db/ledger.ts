@@ -1,4 +1,5 @@
 import type { Sql, TransactionSql } from './client.ts';
+import { claimOutcomeOf, type ClaimOutcome, type ClaimOutcomeRow, type IdempotencyClaim } from './idempotency.ts';
 
 export type Environment = 'sandbox' | 'live';
 export type LedgerAccountType = 'wallet' | 'account' | 'system';
@@ -228,6 +229,36 @@ export async function postLedgerTransfer(
     )
     select * from transfer`;
   return toTransfer(row!);
+}
+
+/**
+ * The Shape B hot path in ONE statement and one commit (migration 00006): claims the Idempotency-Key
+ * with the response to store, checks both accounts, and writes the settled transfer exactly as
+ * `postLedgerTransfer` does, under row-level security for the claim's company. Refusals raise:
+ * SQLSTATE PT404 (an account is missing, a system account or another company's; `detail` names
+ * the field), PT422 (currency mismatch; `detail` is JSON with both currencies), PT500 (this
+ * process's clock is more than 5 minutes off the database's), 23514 on ledger_accounts_no_overdraft.
+ * `createdAt` is the API's clock: it is part of the signed response stored with the key.
+ */
+export async function postLedgerTransferClaimingKey(
+  sql: Sql,
+  claim: IdempotencyClaim,
+  transfer: {
+    id: string;
+    amount: bigint;
+    currency: string;
+    sourceAccountId: string;
+    destinationAccountId: string;
+    createdAt: Date;
+  },
+): Promise<ClaimOutcome> {
+  const [row] = await sql<ClaimOutcomeRow[]>`
+    select * from post_ledger_transfer_idempotent(
+      ${claim.companyId}, ${claim.environment}, ${claim.key}, ${claim.requestMethod}, ${claim.requestPath},
+      ${claim.requestHash}, ${claim.ttlMs}::double precision, ${claim.response.status}::integer,
+      ${sql.json(claim.response.headers)}, ${claim.response.body}, ${transfer.id}, ${transfer.amount.toString()}::bigint,
+      ${transfer.currency}, ${transfer.sourceAccountId}, ${transfer.destinationAccountId}, ${transfer.createdAt})`;
+  return claimOutcomeOf(row!);
 }
 
 export async function findTransfer(

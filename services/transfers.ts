@@ -1,5 +1,12 @@
 import type { Sql, TransactionSql } from '../db/client.ts';
-import { findLedgerAccount, postLedgerTransfer, type Environment, type LedgerTransfer } from '../db/ledger.ts';
+import type { ClaimOutcome, IdempotencyClaim } from '../db/idempotency.ts';
+import {
+  findLedgerAccount,
+  postLedgerTransfer,
+  postLedgerTransferClaimingKey,
+  type Environment,
+  type LedgerTransfer,
+} from '../db/ledger.ts';
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
@@ -15,9 +22,51 @@ export interface LedgerTransferRequest {
 const POSTGRES_CHECK_VIOLATION = '23514';
 const RETRYABLE = new Set(['40001', '40P01']); // serialization failure, deadlock
 const ATTEMPTS_MAX = 3;
+/** SQLSTATEs raised by post_ledger_transfer_idempotent (migration 00006). */
+const HOT_PATH_ACCOUNT_NOT_FOUND = 'PT404';
+const HOT_PATH_CURRENCY_MISMATCH = 'PT422';
 
 function accountNotFound(field: 'source' | 'destination', id: string) {
   return new DomainError('not_found', 'ACCOUNT_NOT_FOUND', `No ${field} account ${id} in this environment.`, { field });
+}
+
+function currencyMismatch(currency: string, source: string, destination: string) {
+  return new DomainError(
+    'unprocessable',
+    'CURRENCY_MISMATCH',
+    `The transfer is in ${currency}; the source holds ${source} and the destination ${destination}.`,
+  );
+}
+
+/** The checks that need no database: currency known, amount in range, two different accounts. */
+function checkRequest(request: LedgerTransferRequest): void {
+  const info = currencyInfo(request.currency);
+  if (!info) throw new DomainError('invalid', 'UNSUPPORTED_CURRENCY', `Currency ${request.currency} is not supported.`);
+  if (request.amount <= 0n || request.amount > AMOUNT_MAX_MINOR) {
+    throw new DomainError('invalid', 'AMOUNT_OUT_OF_RANGE', `amount must be between 1 and ${AMOUNT_MAX_MINOR} minor units.`);
+  }
+  if (request.source === request.destination) {
+    throw new DomainError('unprocessable', 'SAME_ACCOUNT', 'source and destination must be different accounts.');
+  }
+}
+
+/** The database's refusals of a transfer, as stable errors; undefined for anything else. */
+function refusalOf(error: unknown, request: LedgerTransferRequest): DomainError | undefined {
+  const pg = error as { code?: string; constraint_name?: string; detail?: string };
+  if (pg.code === POSTGRES_CHECK_VIOLATION && pg.constraint_name === 'ledger_accounts_no_overdraft') {
+    return new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account does not have enough available balance.');
+  }
+  if (pg.constraint_name === 'transfers_idempotency_unique') {
+    return new DomainError('conflict', 'IDEMPOTENCY_KEY_USED', 'A transfer with this Idempotency-Key already exists.');
+  }
+  if (pg.code === HOT_PATH_ACCOUNT_NOT_FOUND) {
+    return pg.detail === 'destination' ? accountNotFound('destination', request.destination) : accountNotFound('source', request.source);
+  }
+  if (pg.code === HOT_PATH_CURRENCY_MISMATCH) {
+    const held = JSON.parse(pg.detail ?? '{}') as { source?: string; destination?: string };
+    return currencyMismatch(request.currency, held.source ?? '?', held.destination ?? '?');
+  }
+  return undefined;
 }
 
 /**
@@ -33,14 +82,7 @@ export async function createLedgerTransfer(
   idempotencyKey: string,
   inTransaction: (tx: TransactionSql, transfer: LedgerTransfer) => Promise<void> = async () => undefined,
 ): Promise<LedgerTransfer> {
-  const info = currencyInfo(request.currency);
-  if (!info) throw new DomainError('invalid', 'UNSUPPORTED_CURRENCY', `Currency ${request.currency} is not supported.`);
-  if (request.amount <= 0n || request.amount > AMOUNT_MAX_MINOR) {
-    throw new DomainError('invalid', 'AMOUNT_OUT_OF_RANGE', `amount must be between 1 and ${AMOUNT_MAX_MINOR} minor units.`);
-  }
-  if (request.source === request.destination) {
-    throw new DomainError('unprocessable', 'SAME_ACCOUNT', 'source and destination must be different accounts.');
-  }
+  checkRequest(request);
   for (let attempt = 1; ; attempt++) {
     try {
       return await withTenant(sql, scope.companyId, async (tx) => {
@@ -51,11 +93,7 @@ export async function createLedgerTransfer(
         if (!source || source.type === 'system') throw accountNotFound('source', request.source);
         if (!destination || destination.type === 'system') throw accountNotFound('destination', request.destination);
         if (source.currency !== request.currency || destination.currency !== request.currency) {
-          throw new DomainError(
-            'unprocessable',
-            'CURRENCY_MISMATCH',
-            `The transfer is in ${request.currency}; the source holds ${source.currency} and the destination ${destination.currency}.`,
-          );
+          throw currencyMismatch(request.currency, source.currency, destination.currency);
         }
         const transfer = await postLedgerTransfer(tx, {
           id: newId('tr'),
@@ -70,15 +108,69 @@ export async function createLedgerTransfer(
         return transfer;
       });
     } catch (error) {
-      const pg = error as { code?: string; constraint_name?: string };
-      if (pg.code === POSTGRES_CHECK_VIOLATION && pg.constraint_name === 'ledger_accounts_no_overdraft') {
-        throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account does not have enough available balance.');
-      }
-      if (pg.constraint_name === 'transfers_idempotency_unique') {
-        throw new DomainError('conflict', 'IDEMPOTENCY_KEY_USED', 'A transfer with this Idempotency-Key already exists.');
-      }
-      if (pg.code && RETRYABLE.has(pg.code) && attempt < ATTEMPTS_MAX) continue;
+      const refusal = refusalOf(error, request);
+      if (refusal) throw refusal;
+      const code = (error as { code?: string }).code;
+      if (code && RETRYABLE.has(code) && attempt < ATTEMPTS_MAX) continue;
       throw error;
     }
   }
+}
+
+/**
+ * The hot path of Shape B, in two halves around the caller's signing: `prepareLedgerTransfer`
+ * checks the request and fixes the transfer (a new ID, created now on this process's clock, settled),
+ * so that its response can be built and signed BEFORE anything is written; `write(claim)` then
+ * claims the Idempotency-Key, checks both accounts and settles the transfer in ONE statement and one
+ * commit (db/ledger.ts `postLedgerTransferClaimingKey`), storing the claim's response with the key.
+ * The same refusals as `createLedgerTransfer`, with the same codes.
+ */
+export function prepareLedgerTransfer(
+  sql: Sql,
+  scope: { companyId: string; environment: Environment },
+  request: LedgerTransferRequest,
+  idempotencyKey: string,
+): { transfer: LedgerTransfer; write: (claim: IdempotencyClaim) => Promise<ClaimOutcome> } {
+  checkRequest(request);
+  const createdAt = new Date();
+  const transfer: LedgerTransfer = {
+    id: newId('tr'),
+    ...scope,
+    idempotencyKey,
+    rail: 'ledger',
+    status: 'settled',
+    amount: request.amount,
+    currency: request.currency,
+    sourceAccountId: request.source,
+    destinationAccountId: request.destination,
+    payout: null,
+    failureReason: null,
+    workflowId: null,
+    version: 1,
+    createdAt,
+    updatedAt: createdAt,
+  };
+  return {
+    transfer,
+    write: async (claim) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await postLedgerTransferClaimingKey(sql, claim, {
+            id: transfer.id,
+            amount: transfer.amount,
+            currency: transfer.currency,
+            sourceAccountId: request.source,
+            destinationAccountId: request.destination,
+            createdAt,
+          });
+        } catch (error) {
+          const refusal = refusalOf(error, request);
+          if (refusal) throw refusal;
+          const code = (error as { code?: string }).code;
+          if (code && RETRYABLE.has(code) && attempt < ATTEMPTS_MAX) continue;
+          throw error;
+        }
+      }
+    },
+  };
 }

@@ -6,9 +6,13 @@ import type { Sql, TransactionSql } from '../../db/client.ts';
 import {
   completeIdempotencyKey,
   findIdempotencyKey,
+  insertCompletedIdempotencyKey,
   insertRunningIdempotencyKey,
   releaseIdempotencyKey,
   takeOverExpiredIdempotencyKey,
+  type ClaimOutcome,
+  type ExistingIdempotencyKey,
+  type IdempotencyClaim,
   type IdempotencyKeyId,
   type IdempotencyMethod,
   type StoredResponse,
@@ -35,6 +39,13 @@ import { knownProblem, sendProblem } from './errors.ts';
 //
 // A request's lease must outlast its longest possible run (set it above the server's request
 // timeout): once it expires, a retry takes the key over and executes the operation again.
+//
+// Routes declared `idempotent: 'deferred'` (POST /v1/transfers) claim the key themselves, through
+// `ctx.state.deferredIdempotency`: either the classic flow above, or the single-statement flow in
+// which the new key is inserted already completed, with its response, by the write's own statement
+// (no running row, one round trip, one commit). Its answers are the same as above, except that a
+// request racing another with the same key waits for that one's statement instead of a 409, and is
+// then answered with the stored response.
 
 export interface IdempotencyScope {
   companyId: string;
@@ -75,14 +86,55 @@ export interface IdempotencyContext {
   recordResponse(tx: TransactionSql, response: IdempotentResponse): Promise<void>;
 }
 
+/**
+ * A write whose key claim is folded into its own statement (the Shape B hot path): the response is
+ * known before the statement runs (the handler chose the IDs and signed it), and `execute` sends
+ * the claim (key, request fingerprint, retention, response) with the write, in one statement and
+ * one commit. `execute` is called again (same response) when it answers 'retry', or when the key
+ * was held by a request that died; it must write nothing unless it answers 'created'.
+ */
+export interface InStatementWrite {
+  response: IdempotentResponse;
+  execute(claim: IdempotencyClaim): Promise<ClaimOutcome>;
+}
+
+/**
+ * `ctx.state.deferredIdempotency`, set by `run` for routes that claim their key themselves
+ * (`deferred: true`). The handler calls exactly one of:
+ *   - `claimThenRun(run)`: the classic flow (claim as running, run, store the response), as for any write;
+ *   - `inStatement(prepare)`: `prepare` validates and builds the response and the write (a thrown
+ *     DomainError or problem below 500 is the decided answer, stored under the key like any
+ *     other); the new key is then claimed by the write's own statement, with the response: one
+ *     round trip and one commit for a new request, one round trip and no write for a replay.
+ * Semantics are the classic ones: same key and request → the stored response replayed; another
+ * request → 422; a classic request still running → 409. A concurrent request with the same key
+ * waits for the first one's statement (milliseconds) and then gets its answer replayed.
+ */
+export interface DeferredIdempotency {
+  key: string;
+  scope: IdempotencyScope;
+  claimThenRun(run: () => Promise<void>): Promise<void>;
+  inStatement(prepare: () => Promise<InStatementWrite>): Promise<void>;
+}
+
 declare module 'koa' {
   interface DefaultState {
     idempotency?: IdempotencyContext;
+    deferredIdempotency?: DeferredIdempotency;
   }
 }
 
 export interface Idempotency {
-  run(ctx: Context, scope: IdempotencyScope, options: { required: boolean }, execute: () => Promise<void>): Promise<void>;
+  /**
+   * Runs a write under its key. `deferred`: the handler claims the key itself through
+   * `ctx.state.deferredIdempotency` (see DeferredIdempotency) instead of before it runs.
+   */
+  run(
+    ctx: Context,
+    scope: IdempotencyScope,
+    options: { required: boolean; deferred?: boolean },
+    execute: () => Promise<void>,
+  ): Promise<void>;
 }
 
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
@@ -157,6 +209,12 @@ function decidedProblem(error: unknown): HttpProblem | undefined {
   return problem && problem.status < 500 && problem.status !== 429 ? problem : undefined;
 }
 
+interface RequestFingerprint {
+  method: IdempotencyMethod;
+  path: string;
+  hash: Buffer;
+}
+
 type Acquired = { kind: 'acquired'; lease: Date } | { kind: 'replay'; response: StoredResponse };
 
 export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions }): Idempotency {
@@ -165,7 +223,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   assert(Number.isInteger(options.leaseMs) && options.leaseMs >= 1000, 'idempotency leaseMs must be at least 1 s');
 
   /** One transaction: insert the key as running, or find out why not (and take over a dead lease). */
-  async function acquire(id: IdempotencyKeyId, request: { method: IdempotencyMethod; path: string; hash: Buffer }): Promise<Acquired> {
+  async function acquire(id: IdempotencyKeyId, request: RequestFingerprint): Promise<Acquired> {
     return withTenant(sql, id.companyId, async (tx) => {
       for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
         const lease = await insertRunningIdempotencyKey(tx, {
@@ -202,6 +260,130 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     writeResponse(ctx, response);
   }
 
+  /** The classic flow: claim the key as running, execute, store the response (or a decided problem). */
+  async function runClaimed(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, execute: () => Promise<void>) {
+    const acquired = await acquire(id, request);
+    if (acquired.kind === 'replay') {
+      writeResponse(ctx, acquired.response);
+      ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      return;
+    }
+    const { lease } = acquired;
+
+    let recorded: StoredResponse | undefined;
+    ctx.state.idempotency = {
+      key: id.key,
+      scope: { companyId: id.companyId, environment: id.environment },
+      async recordResponse(tx, response) {
+        assert(recorded === undefined, 'recordResponse may be called once per request');
+        const stored = fromIdempotentResponse(response);
+        if (!(await completeIdempotencyKey(tx, { ...id, lease, response: stored }))) {
+          throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+        }
+        recorded = stored;
+      },
+    };
+
+    try {
+      await execute();
+    } catch (error) {
+      const problem = decidedProblem(error);
+      if (!problem) {
+        await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
+          ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
+        });
+        throw error;
+      }
+      // Rendered as the error middleware would, then stored like any other response.
+      sendProblem(ctx, problem);
+      await store(ctx, id, lease, captureResponse(ctx, problem.headers));
+      return;
+    } finally {
+      ctx.state.idempotency = undefined;
+    }
+
+    if (recorded) {
+      writeResponse(ctx, recorded);
+      return;
+    }
+    await store(ctx, id, lease, captureResponse(ctx));
+  }
+
+  /**
+   * Answers from a key that was already taken: a replay, 422 for another request, 409 while a
+   * classic request holds a live lease. Returns false for a running row whose lease expired (the
+   * request that held it died before it wrote anything): that row is released, and the caller
+   * tries again.
+   */
+  async function answerExisting(ctx: Context, id: IdempotencyKeyId, existing: ExistingIdempotencyKey): Promise<boolean> {
+    if (!existing.sameRequest) throw problems.idempotencyKeyReused();
+    if (existing.status === 'completed') {
+      writeResponse(ctx, existing.response);
+      ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      return true;
+    }
+    if (!existing.leaseExpired) throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+    await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease: existing.lockedUntil }));
+    return false;
+  }
+
+  /**
+   * The single-statement flow (see InStatementWrite). A decided refusal (from `prepare` or from the
+   * statement) is stored as the key's answer in a transaction of its own, unless another request
+   * with the key got there first, in which case that request's answer is given.
+   */
+  async function runInStatement(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, prepare: () => Promise<InStatementWrite>) {
+    let write: InStatementWrite | undefined;
+    for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
+      let outcome: ClaimOutcome;
+      let stored: StoredResponse | undefined;
+      try {
+        write ??= await prepare();
+        stored = fromIdempotentResponse(write.response);
+        outcome = await write.execute({
+          ...id,
+          requestMethod: request.method,
+          requestPath: request.path,
+          requestHash: request.hash,
+          ttlMs: options.ttlMs,
+          response: stored,
+        });
+      } catch (error) {
+        const problem = decidedProblem(error);
+        if (!problem) throw error;
+        sendProblem(ctx, problem);
+        const refusal = captureResponse(ctx, problem.headers);
+        const existing = await withTenant(sql, id.companyId, async (tx) => {
+          const claim = { ...id, requestMethod: request.method, requestPath: request.path, requestHash: request.hash };
+          if (await insertCompletedIdempotencyKey(tx, { ...claim, ttlMs: options.ttlMs, response: refusal })) return undefined;
+          return findIdempotencyKey(tx, id);
+        });
+        if (!existing) {
+          writeResponse(ctx, refusal);
+          return;
+        }
+        outcome = {
+          kind: 'existing',
+          existing:
+            existing.status === 'completed'
+              ? { status: 'completed', sameRequest: existing.requestHash.equals(request.hash), response: existing.response }
+              : {
+                  status: 'running',
+                  sameRequest: existing.requestHash.equals(request.hash),
+                  lockedUntil: existing.lockedUntil,
+                  leaseExpired: existing.leaseExpired,
+                },
+        };
+      }
+      if (outcome.kind === 'created') {
+        writeResponse(ctx, stored!);
+        return;
+      }
+      if (outcome.kind === 'existing' && (await answerExisting(ctx, id, outcome.existing))) return;
+    }
+    throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+  }
+
   return {
     async run(ctx, scope, runOptions, execute) {
       const key = readKey(ctx);
@@ -213,58 +395,39 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       const method = ctx.method.toUpperCase();
       assert(WRITE_METHODS.has(method), `idempotency applies to writes, not ${method}`);
       const id: IdempotencyKeyId = { companyId: scope.companyId, environment: scope.environment, key };
-      const request = {
+      const request: RequestFingerprint = {
         method: method as IdempotencyMethod,
         path: ctx.path.slice(0, REQUEST_PATH_LENGTH_MAX),
         hash: requestFingerprint(method, ctx.originalUrl, (ctx.request as { body?: unknown }).body),
       };
-
-      const acquired = await acquire(id, request);
-      if (acquired.kind === 'replay') {
-        writeResponse(ctx, acquired.response);
-        ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      if (!runOptions.deferred) {
+        await runClaimed(ctx, id, request, execute);
         return;
       }
-      const { lease } = acquired;
 
-      let recorded: StoredResponse | undefined;
-      ctx.state.idempotency = {
+      let chosen = false;
+      const choose = () => {
+        assert(!chosen, 'a deferred idempotent handler chooses one flow, once');
+        chosen = true;
+      };
+      ctx.state.deferredIdempotency = {
         key,
         scope,
-        async recordResponse(tx, response) {
-          assert(recorded === undefined, 'recordResponse may be called once per request');
-          const stored = fromIdempotentResponse(response);
-          if (!(await completeIdempotencyKey(tx, { ...id, lease, response: stored }))) {
-            throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
-          }
-          recorded = stored;
+        claimThenRun(run) {
+          choose();
+          return runClaimed(ctx, id, request, run);
+        },
+        inStatement(prepare) {
+          choose();
+          return runInStatement(ctx, id, request, prepare);
         },
       };
-
       try {
         await execute();
-      } catch (error) {
-        const problem = decidedProblem(error);
-        if (!problem) {
-          await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
-            ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
-          });
-          throw error;
-        }
-        // Rendered as the error middleware would, then stored like any other response.
-        sendProblem(ctx, problem);
-        await store(ctx, id, lease, captureResponse(ctx, problem.headers));
-        return;
       } finally {
-        ctx.state.idempotency = undefined;
+        ctx.state.deferredIdempotency = undefined;
       }
-
-      if (recorded) {
-        writeResponse(ctx, recorded);
-        return;
-      }
-      await store(ctx, id, lease, captureResponse(ctx));
+      assert(chosen, 'a deferred idempotent handler must claim its key (claimThenRun or inStatement)');
     },
   };
-
 }

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { insertRunningIdempotencyKey } from '../../db/idempotency.ts';
+import { withTenant } from '../../db/tenant.ts';
 import { call, provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
+import { requestFingerprint } from '../middleware/idempotency.ts';
 
 describe('/v1 accounts and ledger transfers (Shape B)', () => {
   let testApp: TestApp;
@@ -160,6 +163,115 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     assert.equal(refused, 4);
     assert.deepEqual(await balances(fresh.sandbox.usdWalletId, fresh.sandboxApiKey), { available: '400.00', pending: '0.00', posted: '400.00' });
     assert.equal((await balances(fresh.sandbox.usdAccountId, fresh.sandboxApiKey)).posted, '9600.00');
+  });
+
+  const post = (idempotencyKey: string, body: unknown, apiKey = tenant.sandboxApiKey) =>
+    fetch(`${testApp.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      body: JSON.stringify(body),
+    });
+  const transfersUnder = async (idempotencyKey: string) =>
+    Number(
+      (await testApp.ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${idempotencyKey}`)[0]!.n,
+    );
+
+  it('stores exactly the signed body it sends, with the transfer, in one commit', async () => {
+    const idempotencyKey = key();
+    const body = { amount: 3, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const response = await post(idempotencyKey, body);
+    assert.equal(response.status, 201);
+    const text = await response.text();
+    const transfer = JSON.parse(text);
+    assert.equal(response.headers.get('location'), `/v1/transfers/${transfer.id}`);
+    const [stored] = await testApp.ownerSql<{ response_body: Buffer; response_headers: Record<string, string>; status: string }[]>`
+      select response_body, response_headers, status from idempotency_keys where key = ${idempotencyKey}`;
+    assert.equal(stored?.status, 'completed');
+    assert.equal(stored?.response_body.toString('utf8'), text);
+    assert.equal(stored?.response_headers.location, `/v1/transfers/${transfer.id}`);
+    const [row] = await testApp.ownerSql<{ created_at: Date }[]>`select created_at from transfers where id = ${transfer.id}`;
+    assert.equal(row?.created_at.toISOString(), transfer.created_at, 'the signed created_at is the stored one');
+  });
+
+  it('stores a refusal under its key and replays it byte for byte', async () => {
+    const idempotencyKey = key();
+    const body = { amount: 100_000_000_00, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const first = await post(idempotencyKey, body);
+    assert.equal(first.status, 422);
+    const firstText = await first.text();
+    assert.equal(JSON.parse(firstText).code, 'INSUFFICIENT_FUNDS');
+    const again = await post(idempotencyKey, body);
+    assert.equal(again.status, 422);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await again.text(), firstText);
+    for (const [label, refused] of [
+      ['currency', { ...body, amount: 1, source: tenant.sandbox.usdcWalletId }],
+      ['account', { ...body, amount: 1, destination: other.sandbox.usdAccountId }],
+    ] as const) {
+      const refusalKey = key();
+      const once = await post(refusalKey, refused);
+      const twice = await post(refusalKey, refused);
+      assert.equal(twice.status, once.status, label);
+      assert.equal(twice.headers.get('idempotent-replayed'), 'true', label);
+      assert.equal(await twice.text(), await once.text(), label);
+    }
+  });
+
+  it('answers a burst of one request with one transfer and the same signed body for all', async () => {
+    const idempotencyKey = key();
+    const body = { amount: 7, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const responses = await Promise.all(Array.from({ length: 8 }, () => post(idempotencyKey, body)));
+    const texts = await Promise.all(responses.map((response) => response.text()));
+    assert.deepEqual(
+      responses.map((response) => response.status),
+      Array.from({ length: 8 }, () => 201),
+    );
+    assert.equal(new Set(texts).size, 1, 'every answer is the one stored response');
+    assert.equal(responses.filter((response) => response.headers.get('idempotent-replayed') === 'true').length, 7);
+    assert.equal(await transfersUnder(idempotencyKey), 1);
+  });
+
+  it('answers 409 while a classic request holds the key, and takes over one whose lease expired', async () => {
+    const body = { amount: 2, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const hold = (idempotencyKey: string, leaseMs: number) =>
+      withTenant(testApp.appSql, tenant.company.id, (tx) =>
+        insertRunningIdempotencyKey(tx, {
+          companyId: tenant.company.id,
+          environment: 'sandbox',
+          key: idempotencyKey,
+          requestMethod: 'POST',
+          requestPath: '/v1/transfers',
+          requestHash: requestFingerprint('POST', '/v1/transfers', body),
+          leaseMs,
+          ttlMs: 24 * 60 * 60 * 1000,
+        }),
+      );
+    const busyKey = key();
+    await hold(busyKey, 60_000);
+    const busy = await post(busyKey, body);
+    assert.equal(busy.status, 409);
+    assert.equal(busy.headers.get('retry-after'), '1');
+    assert.equal(((await busy.json()) as { code: string }).code, 'IDEMPOTENCY_REQUEST_IN_PROGRESS');
+    assert.equal(await transfersUnder(busyKey), 0);
+
+    const deadKey = key();
+    await hold(deadKey, -1_000);
+    const takenOver = await post(deadKey, body);
+    assert.equal(takenOver.status, 201);
+    assert.equal(await transfersUnder(deadKey), 1);
+    const replay = await post(deadKey, body);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  });
+
+  it('refuses a key that a transfer already used after its record was purged (IDEMPOTENCY_KEY_USED)', async () => {
+    const idempotencyKey = key();
+    const body = { amount: 4, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    assert.equal((await post(idempotencyKey, body)).status, 201);
+    await testApp.ownerSql`delete from idempotency_keys where key = ${idempotencyKey}`;
+    const reused = await post(idempotencyKey, body);
+    assert.equal(reused.status, 409);
+    assert.equal(((await reused.json()) as { code: string }).code, 'IDEMPOTENCY_KEY_USED');
+    assert.equal(await transfersUnder(idempotencyKey), 1);
   });
 
   it('lists transfers newest first with filters and a cursor', async () => {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Sql } from '../../db/client.ts';
 import { findTransfer, listTransfers, transferHistory } from '../../db/ledger.ts';
 import { withTenant } from '../../db/tenant.ts';
-import { createLedgerTransfer } from '../../services/transfers.ts';
+import { prepareLedgerTransfer } from '../../services/transfers.ts';
 import { createPayoutTransfer, type RailTransferDeps } from '../../services/rail-transfers.ts';
 import { notFound } from '../../workflows/shared/errors.ts';
 import { AMOUNT_MAX_MINOR } from '../../workflows/shared/money.ts';
@@ -60,6 +60,8 @@ export function postTransfer(deps: TransferRouteDeps) {
       'stablecoin amount out to a bank account through a settlement workflow. Requires Idempotency-Key.',
     tags: ['transfers'],
     auth: { kind: 'api_key' },
+    // Shape B claims its Idempotency-Key in the transfer's own statement; Shape A the classic way.
+    idempotent: 'deferred',
     body: ZCreateTransferRequest,
     example: { amount: 1050, currency: 'USD', source: 'wal_…', destination: 'acct_…' },
     responses: {
@@ -69,34 +71,31 @@ export function postTransfer(deps: TransferRouteDeps) {
     },
     async handler(ctx, { body }) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
-      const idempotency = ctx.state.idempotency;
+      const idempotency = ctx.state.deferredIdempotency;
       if (!idempotency) throw new Error('POST /v1/transfers runs only behind the idempotency layer');
       if (typeof body.source !== 'string') {
         const shapeA = body as z.infer<typeof ZShapeA>;
-        const transfer = await createPayoutTransfer({ sql: deps.sql, ...deps.rails }, { companyId, environment }, shapeA, idempotency.key);
-        ctx.status = 201;
-        ctx.set('Location', `/v1/transfers/${transfer.id}`);
-        ctx.body = await signed(deps.signer, transferResource(transfer));
+        await idempotency.claimThenRun(async () => {
+          const transfer = await createPayoutTransfer({ sql: deps.sql, ...deps.rails }, { companyId, environment }, shapeA, idempotency.key);
+          ctx.status = 201;
+          ctx.set('Location', `/v1/transfers/${transfer.id}`);
+          ctx.body = await signed(deps.signer, transferResource(transfer));
+        });
         return;
       }
       const shapeB = body as z.infer<typeof ZShapeB>;
-      // The response is signed inside the transfer's transaction: the key must be in memory first.
-      await deps.signer.warm();
-      let response: Record<string, unknown> | undefined;
-      await createLedgerTransfer(
-        deps.sql,
-        { companyId, environment },
-        { amount: BigInt(shapeB.amount), currency: shapeB.currency, source: shapeB.source, destination: shapeB.destination },
-        idempotency.key,
-        // The response is signed and recorded in the transfer's own transaction: one commit makes
-        // the money move and the idempotent answer durable together.
-        async (tx, transfer) => {
-          response = await signed(deps.signer, transferResource(transfer));
-          await idempotency.recordResponse(tx, { status: 201, body: response, location: `/v1/transfers/${transfer.id}` });
-        },
-      );
-      ctx.status = 201;
-      ctx.body = response;
+      // The transfer's ID and creation time are chosen here, so the response is signed before the
+      // one statement that claims the key, settles the transfer and stores this very response.
+      await idempotency.inStatement(async () => {
+        const { transfer, write } = prepareLedgerTransfer(
+          deps.sql,
+          { companyId, environment },
+          { amount: BigInt(shapeB.amount), currency: shapeB.currency, source: shapeB.source, destination: shapeB.destination },
+          idempotency.key,
+        );
+        const response = await signed(deps.signer, transferResource(transfer));
+        return { response: { status: 201, body: response, location: `/v1/transfers/${transfer.id}` }, execute: write };
+      });
     },
   });
 }
