@@ -74,7 +74,7 @@ export async function revokeApiKey(
   input: { companyId: string; id: string; revokedBy: string | null },
   context: ActorContext,
 ): Promise<ApiKey> {
-  return withTenant(sql, input.companyId, async (tx) => {
+  const revoked = await withTenant(sql, input.companyId, async (tx) => {
     const existing = await findApiKey(tx, input.companyId, input.id);
     if (!existing) throw notFound('API key');
     if (existing.revokedAt) return existing;
@@ -90,6 +90,8 @@ export async function revokeApiKey(
     });
     return revoked;
   });
+  apiKeyCache.forget(input.id); // after the commit: a look-up from now on sees the revocation
+  return revoked;
 }
 
 export interface ApiKeyPrincipal {
@@ -116,3 +118,58 @@ export async function authenticateApiKey(sql: Sql, secret: string): Promise<ApiK
   }
   return { keyId: row.keyId, companyId: row.companyId, environment: row.environment };
 }
+
+// A short-lived in-process cache of successful API-key authentications (the /v1 hot path would
+// otherwise spend a database round trip per request on the same key). Keyed by the SHA-256 of the
+// whole secret, so an entry can only ever be reached with the exact secret that the database
+// accepted. Entries live `ttlMs` (API_KEY_CACHE_TTL_MS, 5 s) from the look-up that filled them, not
+// sliding: a revoked key, a blocked company or a withdrawn verification takes effect in every process
+// within that time, and at once in the process that revoked the key (bar a look-up already under
+// way). Failures are never cached, and a miss always asks the database. At most `maxEntries`
+// (oldest dropped first); concurrent misses for one key share one look-up.
+export const API_KEY_CACHE_TTL_MS = 5_000;
+export const API_KEY_CACHE_MAX_ENTRIES = 10_000;
+
+interface CachedPrincipal {
+  principal: Promise<ApiKeyPrincipal>;
+  /** Known once the look-up succeeded; used to forget a revoked key. */
+  keyId?: string;
+  expiresAtMs: number;
+}
+
+export interface ApiKeyCache {
+  authenticate(sql: Sql, secret: string): Promise<ApiKeyPrincipal>;
+  /** Drops every entry of a key (after its revocation committed). */
+  forget(keyId: string): void;
+}
+
+export function createApiKeyCache(options: { ttlMs: number; maxEntries: number }): ApiKeyCache {
+  const entries = new Map<string, CachedPrincipal>();
+  return {
+    authenticate(sql, secret) {
+      const hash = sha256(secret).toString('base64');
+      const now = performance.now();
+      const cached = entries.get(hash);
+      if (cached && cached.expiresAtMs > now) return cached.principal;
+      if (cached) entries.delete(hash);
+      const entry: CachedPrincipal = { principal: authenticateApiKey(sql, secret), expiresAtMs: now + options.ttlMs };
+      entry.principal.then(
+        (principal) => {
+          entry.keyId = principal.keyId;
+        },
+        () => {
+          if (entries.get(hash) === entry) entries.delete(hash);
+        },
+      );
+      if (entries.size >= options.maxEntries) entries.delete(entries.keys().next().value!);
+      entries.set(hash, entry);
+      return entry.principal;
+    },
+    forget(keyId) {
+      for (const [hash, entry] of entries) if (entry.keyId === keyId) entries.delete(hash);
+    },
+  };
+}
+
+/** The process's cache, used by `/v1` authentication (api/auth/authenticate.ts) and by `revokeApiKey`. */
+export const apiKeyCache = createApiKeyCache({ ttlMs: API_KEY_CACHE_TTL_MS, maxEntries: API_KEY_CACHE_MAX_ENTRIES });

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import type { Sql } from '../../db/client.ts';
-import { authenticateApiKey } from '../../services/api-keys.ts';
+import { apiKeyCache } from '../../services/api-keys.ts';
 import { authenticateSession } from '../../services/auth.ts';
 import { DomainError } from '../../workflows/shared/errors.ts';
 import type { RouteAuth } from '../route.ts';
@@ -26,7 +26,8 @@ export function createAuthenticator(sql: Sql): Authenticator {
       case 'public':
         return undefined;
       case 'api_key':
-        return { kind: 'api_key', ...(await authenticateApiKey(sql, bearerToken(ctx))) };
+        // Cached for a few seconds (services/api-keys.ts, API_KEY_CACHE_TTL_MS).
+        return { kind: 'api_key', ...(await apiKeyCache.authenticate(sql, bearerToken(ctx))) };
       case 'operator': {
         const principal = await authenticateSession(sql, bearerToken(ctx));
         if (!allows(principal.role, auth.permission)) {
