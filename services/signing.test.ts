@@ -6,7 +6,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import canonicalize from 'canonicalize';
-import { base64url, compactVerify, importJWK } from 'jose';
+import { base64url, CompactSign, compactVerify, importJWK } from 'jose';
 import { pino } from 'pino';
 import { createHttpApp } from '../api/app.ts';
 import { closeServer, listen } from '../api/server.ts';
@@ -103,6 +103,18 @@ describe('transfer signer', { timeout: 120_000 }, () => {
     assert.equal(await signer.verify(transfer, signature), true);
     // Another instance (no shared cache) verifies it too.
     assert.equal(await createTransferSigner({ sql }).verify(transfer, signature), true);
+  });
+
+  it('signs exactly as jose would: the same bytes as CompactSign with the stored private key', async () => {
+    const signer = createTransferSigner({ sql });
+    const signature = await signer.sign(transfer);
+    const [row] = await sql<{ kid: string; private_jwk: Record<string, string> }[]>`
+      select kid, private_jwk from signing_keys where status = 'active'`;
+    const jws = await new CompactSign(new TextEncoder().encode(canonicalize(transfer)))
+      .setProtectedHeader({ alg: 'EdDSA', kid: row!.kid })
+      .sign(await importJWK(row!.private_jwk, 'EdDSA'));
+    const [header, , value] = jws.split('.');
+    assert.equal(signature, `${header}..${value}`);
   });
 
   it('signs the canonical JSON: member order does not matter', async () => {
