@@ -372,7 +372,10 @@ export interface AttemptStart {
   companyId: string;
   endpointId: string;
   eventId: string;
+  /** `<logical attempt>#<activity try>`. */
   attemptKey: string;
+  /** The logical attempt (`scheduled:3`, `manual:rs_…`): its earlier tries still in flight are closed as lost. */
+  supersedes: string;
   trigger: 'scheduled' | 'manual';
   url: string;
   leaseMs: number;
@@ -381,15 +384,19 @@ export interface AttemptStart {
 
 /**
  * Opens an attempt if the endpoint has a free in-flight slot: the attempt row is the lease (it
- * expires by itself if the worker dies), counted under the endpoint's row lock. Attempts a lost
- * worker left in flight for this delivery are closed as failed first. Returns undefined when the
- * endpoint is busy; an attempt key already used returns the existing attempt's id.
+ * expires by itself if the worker dies), counted under the endpoint's row lock. Earlier tries of the
+ * same attempt that a lost worker left in flight are closed as failed first. Returns 'busy' when
+ * the endpoint is at its limit; an attempt key already used returns the existing attempt's id.
  */
 export async function openAttempt(tx: TransactionSql, start: AttemptStart): Promise<{ attemptId: string } | 'busy'> {
   await tx`select 1 from webhook_endpoints where id = ${start.endpointId} for update`;
+  // Earlier tries of this same attempt (same key before `#`) are dead: Temporal only retries an
+  // activity whose previous try failed or timed out. Other attempts (a manual resend running at
+  // the same time) are left alone.
   await tx`
     update webhook_attempts set state = 'failed', finished_at = now(), error = 'the worker was lost during the attempt'
-    where delivery_id = ${start.deliveryId} and state = 'in_flight' and attempt_key <> ${start.attemptKey}`;
+    where delivery_id = ${start.deliveryId} and state = 'in_flight'
+      and attempt_key like ${`${start.supersedes}#%`} and attempt_key <> ${start.attemptKey}`;
   const [existing] = await tx<{ id: string }[]>`
     select id from webhook_attempts where delivery_id = ${start.deliveryId} and attempt_key = ${start.attemptKey}`;
   if (existing) return { attemptId: existing.id };

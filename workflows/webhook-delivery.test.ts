@@ -12,8 +12,8 @@ import { Webhook } from 'standardwebhooks';
 import { createActivities } from '../activities/index.ts';
 import { createWebhookSender } from '../activities/webhooks/http.ts';
 import { type Sql } from '../db/client.ts';
-import { withTenant } from '../db/tenant.ts';
-import { findWebhookEndpoint, listAttempts } from '../db/webhooks.ts';
+import { withSystemScope, withTenant } from '../db/tenant.ts';
+import { findWebhookEndpoint, listAttempts, openAttempt } from '../db/webhooks.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
 import { provisionTenant } from '../services/tenants.ts';
@@ -384,11 +384,79 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
       from generate_series(1, 10) as n`;
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
-    assert.equal((await handle.result()).status, 'succeeded');
+    // Real time passes until the leases expire (awaiting the result would skip time, and the
+    // activity's retries with it, faster than the real clock the leases run on).
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
     assert.equal(hooks.received.length, 1);
     const [lease] = await database.sql<{ until: Date }[]>`
       select max(lease_until) as until from webhook_attempts where attempt_key like 'blocker:%'`;
     assert.ok(hooks.received[0]!.receivedAt >= lease!.until.getTime() - 50, 'no request before a lease was free');
+  });
+
+  it('starts a delivery a dead dispatcher recorded but never started, on a later pass', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    // What a dispatcher that died between its commit and its starts leaves: delivery, outbox row, no run.
+    const workflowId = webhookDeliveryWorkflowId(eventId, endpoint.id);
+    await database.sql.begin(async (tx) => {
+      await tx`update events set dispatched_at = now() where id = ${eventId}`;
+      await tx`insert into webhook_deliveries (company_id, environment, event_id, endpoint_id) values (${tenant.companyId}, 'sandbox', ${eventId}, ${endpoint.id})`;
+      await tx`
+        insert into outbox (company_id, workflow_type, workflow_id, task_queue, payload, created_at)
+        values (${tenant.companyId}, 'webhookDeliveryWorkflow', ${workflowId}, ${TASK_QUEUES.core},
+                ${tx.json({ ...scope, eventId, endpointId: endpoint.id })}, now() - interval '10 seconds')`;
+    });
+    const pass = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
+    assert.ok(pass.started >= 1);
+    const handle = env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(workflowId);
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
+    const [outbox] = await database.sql<{ dispatched_at: Date | null }[]>`select dispatched_at from outbox where workflow_id = ${workflowId}`;
+    assert.ok(outbox?.dispatched_at);
+  });
+
+  it('closes as lost only the earlier tries of the same attempt, never a resend running beside it', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: 'http://127.0.0.1:9/never' }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const [delivery] = await database.sql<{ id: string }[]>`
+      insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
+      values (${tenant.companyId}, 'sandbox', ${eventId}, ${endpoint.id}) returning id`;
+    const open = (attemptKey: string, supersedes: string) =>
+      withSystemScope(database.sql, (tx) =>
+        openAttempt(tx, {
+          deliveryId: delivery!.id,
+          companyId: tenant.companyId,
+          endpointId: endpoint.id,
+          eventId,
+          attemptKey,
+          supersedes,
+          trigger: 'scheduled',
+          url: endpoint.url,
+          leaseMs: 60_000,
+          maxInFlight: 10,
+        }),
+      );
+    await open('scheduled:2#1', 'scheduled:2');
+    await open('manual:rs_1#1', 'manual:rs_1');
+    const retry = await open('scheduled:2#2', 'scheduled:2');
+    assert.notEqual(retry, 'busy');
+    const again = await open('scheduled:2#2', 'scheduled:2');
+    assert.deepEqual(again, retry, 'the same key opens the same attempt');
+    const states = await database.sql<{ attempt_key: string; state: string }[]>`
+      select attempt_key, state from webhook_attempts where delivery_id = ${delivery!.id} order by attempt_key`;
+    assert.deepEqual(
+      states.map((row) => [row.attempt_key, row.state]),
+      [
+        ['manual:rs_1#1', 'in_flight'],
+        ['scheduled:2#1', 'failed'],
+        ['scheduled:2#2', 'in_flight'],
+      ],
+    );
   });
 
   it('cancels a delivery whose payload is over the size limit, recording why', async () => {

@@ -80,6 +80,7 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
           endpointId: context.endpoint.id,
           eventId: context.event.id,
           attemptKey: `${input.attemptKey}#${activityAttempt}`,
+          supersedes: input.attemptKey,
           trigger: input.trigger,
           url: context.endpoint.url,
           leaseMs: limits.attemptTimeoutMs + 5_000,
