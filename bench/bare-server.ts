@@ -9,7 +9,12 @@ import { TRANSFER_STATEMENT } from './transfer-sql.ts';
 const url = process.env.BENCH_DATABASE_URL;
 const companyId = process.env.BENCH_COMPANY_ID;
 if (!url || !companyId) throw new Error('BENCH_DATABASE_URL and BENCH_COMPANY_ID are required');
-const sql = postgres(url, { max: Number(process.env.BENCH_POOL_MAX ?? 32), prepare: true, onnotice: () => undefined });
+const sql = postgres(url, {
+  max: Number(process.env.BENCH_POOL_MAX ?? 32),
+  prepare: true,
+  onnotice: () => undefined,
+  connection: { application_name: 'bench-bare' },
+});
 
 interface Body {
   amount: number;

@@ -46,6 +46,8 @@ export async function runLoad(plan: LoadPlan): Promise<LoadResult> {
   const accounts = plan.accounts ?? [];
   const runId = randomBytes(4).toString('hex');
   const started = performance.now();
+  const cpuAtStart = process.cpuUsage();
+  let answeredTotal = 0;
   const measureFrom = started + plan.warmupMs;
   const end = measureFrom + plan.durationMs;
   const latencies: number[] = [];
@@ -98,6 +100,7 @@ export async function runLoad(plan: LoadPlan): Promise<LoadResult> {
         if (sampleErrors.length < 5) sampleErrors.push(String(error));
       }
       const t1 = performance.now();
+      if (answer) answeredTotal++;
       if (t0 < measureFrom || t1 > end + 30_000 || !answer) continue;
       if (t0 >= end) break;
       latencies.push(t1 - t0);
@@ -112,6 +115,7 @@ export async function runLoad(plan: LoadPlan): Promise<LoadResult> {
   await Promise.all(Array.from({ length: plan.concurrency }, () => worker()));
   const measuredMs = Math.max(1, Math.min(performance.now(), end + 30_000) - measureFrom);
   agent.destroy();
+  const cpu = process.cpuUsage(cpuAtStart);
   return {
     mode: plan.mode,
     concurrency: plan.concurrency,
@@ -125,6 +129,8 @@ export async function runLoad(plan: LoadPlan): Promise<LoadResult> {
     networkErrors,
     sampleErrors,
     sent,
+    answeredTotal,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
   };
 }
 

@@ -1,8 +1,10 @@
 // `npm run bench`: Shape B and Shape A throughput and latency of the real API, beside ceilings
 // measured in the same run on the same database and Temporal server (see README, "Benchmark"):
 // pgbench running the transfer's SQL as one statement, a bare Koa + postgres.js route running it,
-// and a bare update-with-start workflow with one local activity. One embedded PostgreSQL (durable:
-// fsync on, as in production) and one Temporal dev server; everything started here is stopped here.
+// and a bare update-with-start workflow with one local activity; also pgbench on the API's own
+// hot-path function, and the CPU each process used per request in each phase. One embedded
+// PostgreSQL (durable: fsync on, as in production) and one Temporal dev server; everything started
+// here is stopped here.
 import { execFile, fork, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, totalmem, tmpdir } from 'node:os';
@@ -13,7 +15,7 @@ import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/clie
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { descendants } from '../platform/processes.ts';
 import { freePort } from '../test-support/ports.ts';
-import { createSql, type Sql } from '../db/client.ts';
+import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
 import { resolveTemporalCli } from '../platform/temporal.ts';
@@ -23,7 +25,7 @@ import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
 import { benchAwaitUpdate } from './baseline-workflow.ts';
-import { pgbenchScript } from './transfer-sql.ts';
+import { pgbenchHotPathScript, pgbenchScript } from './transfer-sql.ts';
 import { BENCH_TASK_QUEUE, summarize, type LatencySummary, type LoadPlan, type LoadResult } from './types.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
@@ -35,6 +37,16 @@ const run = promisify(execFile);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 10_000);
 const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 2_000);
+// Development knobs (the figures in the README come from a plain `npm run bench`):
+// BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_API_CPU_PROF=dir writes a
+// V8 CPU profile of the API process (`node --cpu-prof`) to dir when it stops. Partial and profiled runs
+// print their table but leave bench/results.* alone.
+const PHASES = new Set(
+  (process.env.BENCH_PHASES ?? 'ceilings,shapeB,replay,shapeA').split(',').map((name) => name.trim()),
+);
+const API_CPU_PROF = process.env.BENCH_API_CPU_PROF;
+// BENCH_API_POOL_MAX overrides the API's DATABASE_POOL_MAX (default: the API's own default).
+const API_POOL_MAX = process.env.BENCH_API_POOL_MAX;
 const ACCOUNTS = 200;
 const HOT_ACCOUNTS = 10;
 const FUNDING_MINOR = 1_000_000_000_000n; // 10 billion USD each: no phase can drain one
@@ -62,11 +74,12 @@ async function forkReady(
   script: string,
   env: NodeJS.ProcessEnv,
   timeoutMs = 180_000,
+  execArgv: string[] = [],
 ): Promise<{ child: Child; ready: Record<string, unknown> }> {
   const process_ = fork(join(root, script), [], {
     cwd: root,
     env,
-    execArgv: ['--import', TSX],
+    execArgv: ['--import', TSX, ...execArgv],
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   const child: Child = { name, process: process_, output: [] };
@@ -126,6 +139,129 @@ async function load(plan: LoadPlan): Promise<LoadResult> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// CPU accounting: where the machine's cores went during a phase, per process group.
+
+const CLOCK_TICKS_PER_S = 100; // USER_HZ on Linux
+
+/** utime + stime (clock ticks) of every descendant, from /proc. */
+async function cpuSnapshot(): Promise<Map<number, { command: string; ticks: number }>> {
+  const snapshot = new Map<number, { command: string; ticks: number }>();
+  for (const entry of descendants(process.pid)) {
+    const stat = await readFile(`/proc/${entry.pid}/stat`, 'utf8').catch(() => undefined);
+    if (!stat) continue;
+    // Fields after the parenthesised command: state is field 3, utime 14 and stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    snapshot.set(entry.pid, { command: entry.command, ticks: Number(fields[11]) + Number(fields[12]) });
+  }
+  return snapshot;
+}
+
+/** PostgreSQL backends by pid: whose connection each one serves (application_name), or its background role. */
+const backendLabels = new Map<number, string>();
+
+async function refreshBackendLabels(sql: Sql): Promise<void> {
+  const rows = await sql<{ pid: number; application_name: string; backend_type: string }[]>`
+    select pid, application_name, backend_type from pg_stat_activity`;
+  for (const row of rows) {
+    const label =
+      row.backend_type !== 'client backend'
+        ? 'background'
+        : row.application_name.startsWith('payments-api')
+          ? 'api'
+          : row.application_name.startsWith('payments-worker')
+            ? 'worker'
+            : row.application_name.startsWith('bench-bare')
+              ? 'bare-koa'
+              : 'other';
+    backendLabels.set(row.pid, label);
+  }
+}
+
+function groupOf(pid: number, command: string): string {
+  const child = children.find((candidate) => candidate.process.pid === pid);
+  if (child) return child.name.startsWith('load-') ? 'load generator' : child.name;
+  if (command.startsWith('postgres')) return `postgres (${backendLabels.get(pid) ?? 'other'})`;
+  return command;
+}
+
+/** CPU seconds per process group between two snapshots (processes that exited in between are missed). */
+function cpuSeconds(
+  before: Map<number, { command: string; ticks: number }>,
+  after: Map<number, { command: string; ticks: number }>,
+): Record<string, number> {
+  const groups: Record<string, number> = {};
+  for (const [pid, entry] of after) {
+    const ticks = entry.ticks - (before.get(pid)?.ticks ?? 0);
+    if (ticks <= 0) continue;
+    const group = groupOf(pid, entry.command);
+    groups[group] = (groups[group] ?? 0) + ticks / CLOCK_TICKS_PER_S;
+  }
+  return groups;
+}
+
+/** Busy CPU seconds of the whole machine (every core, every process), from /proc/stat. */
+async function machineBusySeconds(): Promise<number> {
+  const line = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!;
+  // cpu user nice system idle iowait irq softirq steal ...
+  const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number);
+  return (user! + nice! + system! + irq! + softirq! + steal!) / CLOCK_TICKS_PER_S;
+}
+
+/** Runs a load phase and records the CPU each process group used during it. */
+async function measured(sql: Sql, name: string, phase: () => Promise<LoadResult>): Promise<LoadResult> {
+  await refreshBackendLabels(sql);
+  const before = await cpuSnapshot();
+  const machineBefore = await machineBusySeconds();
+  const started = performance.now();
+  const result = await phase();
+  const wallS = (performance.now() - started) / 1000;
+  const machine = (await machineBusySeconds()) - machineBefore;
+  await refreshBackendLabels(sql);
+  const cpu = cpuSeconds(before, await cpuSnapshot());
+  // The generator process exits before the second snapshot: its own CPU comes back in the result.
+  if (result.cpuSeconds !== undefined) cpu['load generator'] = result.cpuSeconds;
+  // What the machine did besides this benchmark (another user's processes, the kernel's own work).
+  const ours = Object.values(cpu).reduce((sum, seconds) => sum + seconds, 0);
+  cpu['outside the bench'] = Math.max(0, machine - ours);
+  cpuByPhase[name] = { wallS, requests: result.answeredTotal, cpuSeconds: cpu };
+  return result;
+}
+
+const cpuByPhase: Record<string, { wallS: number; requests: number; cpuSeconds: Record<string, number> }> = {};
+
+/** Markdown: CPU milliseconds per request, per process group, for each measured phase. */
+function cpuTable(): string {
+  const groups = [
+    'postgres (api)',
+    'postgres (bare-koa)',
+    'postgres (worker)',
+    'postgres (background)',
+    'api',
+    'bare-koa',
+    'load generator',
+    'worker',
+    'temporal',
+  ];
+  const OUTSIDE = 'outside the bench';
+  const lines = [
+    `| CPU ms per request (whole phase, warm-up included) | requests | ${groups.join(' | ')} | other | total | ${OUTSIDE} | machine busy |`,
+    `|---|---:|${groups.map(() => '---:').join('|')}|---:|---:|---:|---:|`,
+  ];
+  for (const [name, phase] of Object.entries(cpuByPhase)) {
+    const perRequest = (seconds: number) => ((seconds * 1000) / Math.max(1, phase.requests)).toFixed(2);
+    const entries = Object.entries(phase.cpuSeconds).filter(([group]) => group !== OUTSIDE);
+    const other = entries.filter(([group]) => !groups.includes(group)).reduce((sum, [, seconds]) => sum + seconds, 0);
+    const total = entries.reduce((sum, [, seconds]) => sum + seconds, 0);
+    const outside = phase.cpuSeconds[OUTSIDE] ?? 0;
+    const busy = (100 * (total + outside)) / (phase.wallS * cpus().length);
+    lines.push(
+      `| ${name} | ${phase.requests} | ${groups.map((group) => (phase.cpuSeconds[group] ? perRequest(phase.cpuSeconds[group]) : '')).join(' | ')} | ${perRequest(other)} | ${perRequest(total)} | ${perRequest(outside)} | ${busy.toFixed(0)} % |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
 // Results
 
 interface Figure {
@@ -147,6 +283,7 @@ async function pgbench(
   database: { port: number; password: string },
   script: string,
   dir: string,
+  role?: string,
 ): Promise<Figure & { raw: string }> {
   const file = join(dir, `${name}.sql`);
   await writeFile(file, script);
@@ -176,7 +313,7 @@ async function pgbench(
     DATABASE,
   ];
   const { stdout, stderr } = await run(process.env.PGBENCH ?? '/usr/bin/pgbench', args, {
-    env: { ...process.env, PGPASSWORD: database.password },
+    env: { ...process.env, PGPASSWORD: database.password, ...(role ? { PGOPTIONS: `-c role=${role}` } : {}) },
     maxBuffer: 16 * 1024 * 1024,
   });
   const raw = `${stdout}\n${stderr}`;
@@ -328,44 +465,63 @@ async function main(): Promise<void> {
     log(`tenant ${companyId}: ${ACCOUNTS} funded accounts`);
 
     // ---- 2. pgbench ceilings
-    const pgbenchSpread = await pgbench(
-      'pgbench-spread',
-      { port: pgPort, password },
-      pgbenchScript(companyId, accounts),
-      dataDir,
-    );
-    figures.pgbenchSpread = { ...pgbenchSpread, name: `pgbench: the transfer statement, ${ACCOUNTS} accounts` };
-    log(`pgbench spread: ${pgbenchSpread.throughput.toFixed(0)} tps`);
-    const pgbenchHot = await pgbench('pgbench-hot', { port: pgPort, password }, pgbenchScript(companyId, hot), dataDir);
-    figures.pgbenchHot = { ...pgbenchHot, name: `pgbench: the transfer statement, ${HOT_ACCOUNTS} hot accounts` };
-    log(`pgbench hot: ${pgbenchHot.throughput.toFixed(0)} tps`);
-    results.pgbenchOutput = { spread: pgbenchSpread.raw, hot: pgbenchHot.raw };
+    if (PHASES.has('ceilings')) {
+      const pgbenchSpread = await pgbench(
+        'pgbench-spread',
+        { port: pgPort, password },
+        pgbenchScript(companyId, accounts),
+        dataDir,
+      );
+      figures.pgbenchSpread = { ...pgbenchSpread, name: `pgbench: the transfer statement, ${ACCOUNTS} accounts` };
+      log(`pgbench spread: ${pgbenchSpread.throughput.toFixed(0)} tps`);
+      const pgbenchHot = await pgbench(
+        'pgbench-hot',
+        { port: pgPort, password },
+        pgbenchScript(companyId, hot),
+        dataDir,
+      );
+      figures.pgbenchHot = { ...pgbenchHot, name: `pgbench: the transfer statement, ${HOT_ACCOUNTS} hot accounts` };
+      log(`pgbench hot: ${pgbenchHot.throughput.toFixed(0)} tps`);
+      const pgbenchHotPath = await pgbench(
+        'pgbench-hot-path',
+        { port: pgPort, password },
+        pgbenchHotPathScript(companyId, accounts),
+        dataDir,
+        APP_ROLE,
+      );
+      figures.pgbenchHotPath = {
+        ...pgbenchHotPath,
+        name: `pgbench: the API's hot-path function as payments_app, ${ACCOUNTS} accounts`,
+      };
+      log(`pgbench hot-path function: ${pgbenchHotPath.throughput.toFixed(0)} tps`);
+      results.pgbenchOutput = { spread: pgbenchSpread.raw, hot: pgbenchHot.raw, hotPath: pgbenchHotPath.raw };
 
-    // ---- 3. bare Koa + postgres.js route
-    const bare = await forkReady('bare-koa', 'bench/bare-server.ts', {
-      ...process.env,
-      BENCH_DATABASE_URL: database.url,
-      BENCH_COMPANY_ID: companyId,
-      BENCH_POOL_MAX: String(CONCURRENCY),
-    });
-    const bareUrl = `http://127.0.0.1:${String(bare.ready.port)}`;
-    const barePlan = (mode: 'bare', list: string[], prefix: string): LoadPlan => ({
-      baseUrl: bareUrl,
-      path: '/transfers',
-      mode,
-      concurrency: CONCURRENCY,
-      warmupMs: WARMUP_MS,
-      durationMs: PHASE_MS,
-      accounts: list,
-      keyPrefix: prefix,
-    });
-    const bareSpread = await load(barePlan('bare', accounts, 'bare-spread'));
-    figures.bareSpread = figureOf(`bare Koa + postgres.js route, ${ACCOUNTS} accounts`, bareSpread);
-    log(`bare koa spread: ${bareSpread.throughput.toFixed(0)}/s ${JSON.stringify(bareSpread.byStatus)}`);
-    const bareHot = await load(barePlan('bare', hot, 'bare-hot'));
-    figures.bareHot = figureOf(`bare Koa + postgres.js route, ${HOT_ACCOUNTS} hot accounts`, bareHot);
-    log(`bare koa hot: ${bareHot.throughput.toFixed(0)}/s ${JSON.stringify(bareHot.byStatus)}`);
-    await stopChild(bare.child);
+      // ---- 3. bare Koa + postgres.js route
+      const bare = await forkReady('bare-koa', 'bench/bare-server.ts', {
+        ...process.env,
+        BENCH_DATABASE_URL: database.url,
+        BENCH_COMPANY_ID: companyId,
+        BENCH_POOL_MAX: String(CONCURRENCY),
+      });
+      const bareUrl = `http://127.0.0.1:${String(bare.ready.port)}`;
+      const barePlan = (mode: 'bare', list: string[], prefix: string): LoadPlan => ({
+        baseUrl: bareUrl,
+        path: '/transfers',
+        mode,
+        concurrency: CONCURRENCY,
+        warmupMs: WARMUP_MS,
+        durationMs: PHASE_MS,
+        accounts: list,
+        keyPrefix: prefix,
+      });
+      const bareSpread = await measured(sql, 'bare Koa, spread', () => load(barePlan('bare', accounts, 'bare-spread')));
+      figures.bareSpread = figureOf(`bare Koa + postgres.js route, ${ACCOUNTS} accounts`, bareSpread);
+      log(`bare koa spread: ${bareSpread.throughput.toFixed(0)}/s ${JSON.stringify(bareSpread.byStatus)}`);
+      const bareHot = await load(barePlan('bare', hot, 'bare-hot'));
+      figures.bareHot = figureOf(`bare Koa + postgres.js route, ${HOT_ACCOUNTS} hot accounts`, bareHot);
+      log(`bare koa hot: ${bareHot.throughput.toFixed(0)}/s ${JSON.stringify(bareHot.byStatus)}`);
+      await stopChild(bare.child);
+    }
 
     // ---- 4. the real API, and the worker (for Shape A)
     const env: NodeJS.ProcessEnv = { ...process.env };
@@ -377,9 +533,14 @@ async function main(): Promise<void> {
       PORT: String(apiPort),
       DATA_DIR: dataDir,
       LOG_LEVEL: 'warn',
+      ...(API_POOL_MAX ? { DATABASE_POOL_MAX: API_POOL_MAX } : {}),
     });
     const apiUrl = `http://127.0.0.1:${apiPort}`;
-    await Promise.all([forkReady('api', 'api/main.ts', env), forkReady('worker', 'workers/main.ts', env)]);
+    const apiExecArgv = API_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${API_CPU_PROF}`] : [];
+    const [api] = await Promise.all([
+      forkReady('api', 'api/main.ts', env, 180_000, apiExecArgv),
+      forkReady('worker', 'workers/main.ts', env),
+    ]);
     for (let waited = 0; ; waited += 200) {
       const status = await fetch(`${apiUrl}/readyz`)
         .then((response) => response.status)
@@ -389,6 +550,19 @@ async function main(): Promise<void> {
       await sleep(200);
     }
     log('api and worker ready');
+    // Every transfer writes an event (the webhook outbox, migration 00005) that the worker then
+    // dispatches. The ceilings above wrote tens of thousands with no worker running; let it work
+    // through them first, so that the API phases pay for their own events only.
+    const undispatched = async () => {
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from events where dispatched_at is null`;
+      return row?.n ?? 0;
+    };
+    const backlog = await undispatched();
+    const drainStarted = performance.now();
+    while ((await undispatched()) > 0 && performance.now() - drainStarted < 180_000) await sleep(500);
+    log(
+      `worker dispatched the ceilings' ${backlog} events in ${((performance.now() - drainStarted) / 1000).toFixed(1)} s`,
+    );
     const apiPlan = (mode: LoadPlan['mode'], extra: Partial<LoadPlan>, prefix: string): LoadPlan => ({
       baseUrl: apiUrl,
       path: '/v1/transfers',
@@ -401,11 +575,9 @@ async function main(): Promise<void> {
       ...extra,
     });
 
-    // One request alone before each Shape B phase: the transfer signer (services/signing.ts) loads its
-    // key set through the API's pool from INSIDE the transfer's transaction, on the first request and
-    // whenever its 60 s cache has expired. With every pooled connection (10 by default) held by a
-    // transaction waiting on that load, the load never gets a connection: the API stalls until the
-    // idle-in-transaction timeout. Priming keeps the cache fresh for the ~12 s phase that follows.
+    // One request alone before each Shape B phase, so that the phase starts with the signer's key set
+    // and the API key in memory. (The first run of this benchmark found the API deadlocking when the
+    // signer loaded its keys from inside a transfer's transaction; it now signs before the statement.)
     let primed = 0;
     const prime = async () => {
       const response = await fetch(`${apiUrl}/v1/transfers`, {
@@ -420,66 +592,91 @@ async function main(): Promise<void> {
       });
       if (response.status !== 201) throw new Error(`priming request: ${response.status} ${await response.text()}`);
     };
-    await prime();
-    await sql`select pg_stat_statements_reset()`;
-    const [before] = await sql<{ commits: bigint }[]>`
-      select xact_commit::bigint as commits from pg_stat_database where datname = current_database()`;
-    const apiSpread = await load(apiPlan('shapeB', { accounts, recordLimit: 200_000 }, 'api-spread'));
-    const [after] = await sql<{ commits: bigint }[]>`
-      select xact_commit::bigint as commits from pg_stat_database where datname = current_database()`;
-    const statements = await sql<{ calls: bigint; mean_ms: number; query: string }[]>`
+    let apiSpread: LoadResult | undefined;
+    if (PHASES.has('shapeB')) {
+      await prime();
+      await sql`select pg_stat_statements_reset()`;
+      const counters = async () => {
+        const [row] = await sql<{ commits: bigint; transfers: bigint }[]>`
+        select (select xact_commit::bigint from pg_stat_database where datname = current_database()) as commits,
+               (select count(*)::bigint from transfers where company_id = ${companyId}) as transfers`;
+        return row!;
+      };
+      const before = await counters();
+      apiSpread = await measured(sql, 'API Shape B, spread', () =>
+        load(apiPlan('shapeB', { accounts, recordLimit: 200_000 }, 'api-spread')),
+      );
+      const after = await counters();
+      const statements = await sql<{ calls: bigint; mean_ms: number; query: string }[]>`
       select calls::bigint as calls, mean_exec_time as mean_ms, query from pg_stat_statements
-      where dbid = (select oid from pg_database where datname = current_database())
+      where dbid = (select oid from pg_database where datname = current_database()) and toplevel
       order by calls desc limit 25`;
-    const transferCalls = Number(
-      statements.find((row) => /insert into transfers/i.test(row.query) && /ledger_entries/i.test(row.query))?.calls ??
-        0,
-    );
-    const statementStats: StatementStat[] = statements.map((row) => ({
-      calls: Number(row.calls),
-      meanMs: row.mean_ms,
-      query: row.query.replace(/\s+/g, ' ').slice(0, 160),
-    }));
-    const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
-    results.shapeBStatements = {
-      transfers: transferCalls,
-      statementsPerTransfer: transferCalls ? totalCalls / transferCalls : null,
-      commitsPerTransfer: transferCalls ? Number(after!.commits - before!.commits) / transferCalls : null,
-      top: statementStats,
-    };
-    figures.apiSpread = figureOf(`API Shape B, ${ACCOUNTS} accounts`, apiSpread);
-    log(
-      `api shape B spread: ${apiSpread.throughput.toFixed(0)}/s ${JSON.stringify(apiSpread.byStatus)} ${apiSpread.sampleErrors.join(' | ')}`,
-    );
+      // Transfers are counted in their table, not from the statements: the hot path is one call of a
+      // SQL function. Statements are the top-level ones sent by clients (the worker's included),
+      // not those run inside functions and triggers.
+      const transferCalls = Number(after.transfers - before.transfers);
+      const statementStats: StatementStat[] = statements.map((row) => ({
+        calls: Number(row.calls),
+        meanMs: row.mean_ms,
+        query: row.query.replace(/\s+/g, ' ').slice(0, 160),
+      }));
+      const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
+      results.shapeBStatements = {
+        transfers: transferCalls,
+        statementsPerTransfer: transferCalls ? totalCalls / transferCalls : null,
+        commitsPerTransfer: transferCalls ? Number(after.commits - before.commits) / transferCalls : null,
+        top: statementStats,
+      };
+      figures.apiSpread = figureOf(`API Shape B, ${ACCOUNTS} accounts`, apiSpread);
+      log(
+        `api shape B spread: ${apiSpread.throughput.toFixed(0)}/s ${JSON.stringify(apiSpread.byStatus)} ${apiSpread.sampleErrors.join(' | ')}`,
+      );
 
-    await prime();
-    const apiHot = await load(apiPlan('shapeB', { accounts: hot }, 'api-hot'));
-    figures.apiHot = figureOf(`API Shape B, ${HOT_ACCOUNTS} hot accounts`, apiHot);
-    log(
-      `api shape B hot: ${apiHot.throughput.toFixed(0)}/s ${JSON.stringify(apiHot.byStatus)} ${apiHot.sampleErrors.join(' | ')}`,
-    );
+      await prime();
+      const apiHot = await measured(sql, 'API Shape B, hot', () =>
+        load(apiPlan('shapeB', { accounts: hot }, 'api-hot')),
+      );
+      figures.apiHot = figureOf(`API Shape B, ${HOT_ACCOUNTS} hot accounts`, apiHot);
+      log(
+        `api shape B hot: ${apiHot.throughput.toFixed(0)}/s ${JSON.stringify(apiHot.byStatus)} ${apiHot.sampleErrors.join(' | ')}`,
+      );
+    }
 
-    const replay = await load(apiPlan('replay', { replay: apiSpread.sent }, 'api-replay'));
-    figures.apiReplay = figureOf('API Shape B idempotent replay', replay, `${replay.replayed} replayed`);
-    log(`api replay: ${replay.throughput.toFixed(0)}/s replayed=${replay.replayed} ${JSON.stringify(replay.byStatus)}`);
+    if (PHASES.has('replay') && apiSpread) {
+      const replay = await measured(sql, 'API Shape B, replay', () =>
+        load(apiPlan('replay', { replay: apiSpread.sent }, 'api-replay')),
+      );
+      figures.apiReplay = figureOf('API Shape B idempotent replay', replay, `${replay.replayed} replayed`);
+      log(
+        `api replay: ${replay.throughput.toFixed(0)}/s replayed=${replay.replayed} ${JSON.stringify(replay.byStatus)}`,
+      );
+    }
+    if (API_CPU_PROF) {
+      await stopChild(api.child);
+      log(`api CPU profile written to ${API_CPU_PROF}`);
+    }
 
     // ---- 5. Shape A, and the bare Temporal baseline
-    const shapeA = await load(apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId }, 'api-shape-a'));
-    figures.apiShapeA = figureOf('API Shape A payout (workflow)', shapeA);
-    log(
-      `api shape A: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
-    );
-    const [aStatus] = await sql<{ statuses: Record<string, number> }[]>`
+    if (PHASES.has('shapeA')) {
+      const shapeA = await measured(sql, 'API Shape A', () =>
+        load(apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId }, 'api-shape-a')),
+      );
+      figures.apiShapeA = figureOf('API Shape A payout (workflow)', shapeA);
+      log(
+        `api shape A: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
+      );
+      const [aStatus] = await sql<{ statuses: Record<string, number> }[]>`
       select coalesce(jsonb_object_agg(status, n), '{}') as statuses
       from (select status, count(*)::int as n from transfers where company_id = ${companyId} and rail = 'ach' group by status) s`;
-    results.shapeAStatusesAfterRun = aStatus?.statuses;
+      results.shapeAStatusesAfterRun = aStatus?.statuses;
 
-    await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
-      ...process.env,
-      BENCH_TEMPORAL_ADDRESS: temporal.address,
-    });
-    figures.temporalBaseline = await temporalBaseline(temporal.address);
-    log(`temporal baseline: ${figures.temporalBaseline.throughput.toFixed(0)}/s`);
+      await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
+        ...process.env,
+        BENCH_TEMPORAL_ADDRESS: temporal.address,
+      });
+      figures.temporalBaseline = await temporalBaseline(temporal.address);
+      log(`temporal baseline: ${figures.temporalBaseline.throughput.toFixed(0)}/s`);
+    }
   } finally {
     for (const child of [...children].reverse()) await stopChild(child).catch(() => undefined);
     await ownerSql?.end({ timeout: 5 }).catch(() => undefined);
@@ -500,6 +697,7 @@ async function main(): Promise<void> {
   }[] = [
     { figure: figures.pgbenchSpread },
     { figure: figures.pgbenchHot },
+    { figure: figures.pgbenchHotPath },
     { figure: figures.bareSpread },
     { figure: figures.bareHot },
     { figure: figures.apiSpread, ceiling: figures.pgbenchSpread, target: 0.5, p99Max: 50, label: '× pgbench' },
@@ -536,7 +734,7 @@ async function main(): Promise<void> {
   }
   const cpu = cpus();
   const machine = `${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
-  const table = lines.join('\n');
+  const table = `${lines.join('\n')}\n\n${cpuTable()}`;
   console.log(`\n${machine}\n\n${table}\n`);
   const json = {
     machine,
@@ -545,10 +743,13 @@ async function main(): Promise<void> {
     warmupMs: WARMUP_MS,
     figures,
     verdicts,
+    cpuByPhase,
     ...results,
   };
-  await writeFile(join(here, 'results.json'), `${JSON.stringify(json, null, 2)}\n`);
-  await writeFile(join(here, 'results.md'), `# Benchmark results\n\n${machine}\n\n${table}\n`);
+  if (PHASES.size === 4 && !API_CPU_PROF) {
+    await writeFile(join(here, 'results.json'), `${JSON.stringify(json, null, 2)}\n`);
+    await writeFile(join(here, 'results.md'), `# Benchmark results\n\n${machine}\n\n${table}\n`);
+  } else log('partial or profiled run: bench/results.* left as they are');
   console.log(`statements per Shape B transfer: ${JSON.stringify(results.shapeBStatements, null, 2)}`);
 }
 

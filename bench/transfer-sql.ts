@@ -48,3 +48,29 @@ export function pgbenchScript(companyId: string, accounts: readonly string[]): s
     '',
   ].join('\n');
 }
+
+/**
+ * A pgbench script for the API's own hot path without the API: one call of
+ * post_ledger_transfer_idempotent (migration 00006) per transaction, with a new key, a 32-byte
+ * request hash and a response of the API's size, run as payments_app (row-level security), so its
+ * gap to `pgbenchScript` is the database's price of the key, the account checks and the policies.
+ */
+export function pgbenchHotPathScript(companyId: string, accounts: readonly string[]): string {
+  const n = accounts.length;
+  const array = `(array[${accounts.map(literal).join(',')}]::text[])`;
+  const id = `'tr_' || md5(random()::text || clock_timestamp()::text)`;
+  const call = [
+    'select outcome from post_ledger_transfer_idempotent(',
+    `${literal(companyId)}, 'sandbox', 'pgbf_' || md5(random()::text || clock_timestamp()::text), 'POST', '/v1/transfers',`,
+    `sha256(convert_to(random()::text, 'UTF8')), 86400000, 201,`,
+    `'{"content-type": "application/json; charset=utf-8", "location": "/v1/transfers/tr_00000000000000000000000000000000"}'::jsonb,`,
+    `convert_to(repeat('x', 330), 'UTF8'), ${id}, :amount, 'USD', ${array}[:s + 1], ${array}[:d + 1], now())`,
+  ].join(' ');
+  return [
+    `\\set s random(0, ${n - 1})`,
+    `\\set d (:s + random(1, ${n - 1})) % ${n}`,
+    `\\set amount random(1, 100)`,
+    `${call};`,
+    '',
+  ].join('\n');
+}

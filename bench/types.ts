@@ -53,6 +53,10 @@ export interface LoadResult {
   networkErrors: number;
   sampleErrors: string[];
   sent: SentRequest[];
+  /** Every answered request, warm-up included (for CPU per request over the whole phase). */
+  answeredTotal: number;
+  /** CPU (user + system) the generator itself used while it ran the plan. */
+  cpuSeconds?: number;
 }
 
 export function summarize(latencies: number[]): LatencySummary {
