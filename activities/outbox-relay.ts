@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import { startOnce } from '../platform/workflow-start.ts';
 import type { Sql } from '../db/client.ts';
 import { findStrandedOutboxEntries, markOutboxDispatched, recordOutboxFailure } from '../db/outbox.ts';
 import { withSystemScope } from '../db/tenant.ts';
@@ -17,8 +17,9 @@ export interface RelayOutboxResult {
 
 /**
  * Starts, with the SAME workflow ID, every flow the API wrote to the outbox but could not hand to
- * Temporal (a crash or an outage between the commit and the start). USE_EXISTING makes a start of a
- * flow that did begin after all a no-op, so nothing runs twice.
+ * Temporal (a crash or an outage between the commit and the start). A start of a flow that did
+ * begin after all joins it, and one of a flow that already finished is refused (startOnce), so
+ * nothing runs twice.
  */
 export function createOutboxRelayActivities(deps: { sql: Sql; temporal: () => Client }) {
   return {
@@ -29,12 +30,7 @@ export function createOutboxRelayActivities(deps: { sql: Sql; temporal: () => Cl
       const result: RelayOutboxResult = { started: 0, failed: 0 };
       for (const entry of entries) {
         try {
-          await deps.temporal().workflow.start(entry.workflowType, {
-            workflowId: entry.workflowId,
-            taskQueue: entry.taskQueue,
-            args: [entry.payload],
-            workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
-          });
+          await startOnce(deps.temporal(), entry.workflowType, { workflowId: entry.workflowId, taskQueue: entry.taskQueue, args: [entry.payload] });
           await withSystemScope(deps.sql, (tx) => markOutboxDispatched(tx, entry.workflowId, new Date()));
           result.started += 1;
         } catch (error) {

@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import { startOnce } from '../platform/workflow-start.ts';
 import type { Sql } from '../db/client.ts';
 import { withSystemScope } from '../db/tenant.ts';
 import { fanOutEvents } from '../db/webhooks.ts';
@@ -56,12 +56,7 @@ export async function dispatchWebhookEvents(deps: { sql: Sql; temporal: Client }
   starts.push(...stranded.map((row) => ({ workflowId: row.workflow_id, input: row.payload })));
   const outcomes = await Promise.allSettled(
     starts.map((start) =>
-      deps.temporal.workflow.start(WEBHOOK_DELIVERY_WORKFLOW, {
-        workflowId: start.workflowId,
-        taskQueue: TASK_QUEUES.core,
-        args: [start.input],
-        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
-      }),
+      startOnce(deps.temporal, WEBHOOK_DELIVERY_WORKFLOW, { workflowId: start.workflowId, taskQueue: TASK_QUEUES.core, args: [start.input] }),
     ),
   );
   const startedIds = starts.filter((_, index) => outcomes[index]!.status === 'fulfilled').map((start) => start.workflowId);

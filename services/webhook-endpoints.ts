@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Client } from '@temporalio/client';
-import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import { startOnce } from '../platform/workflow-start.ts';
 import type { Sql } from '../db/client.ts';
 import type { Environment } from '../db/ledger.ts';
 import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
@@ -170,12 +170,7 @@ export async function resendWebhookEvent(
   });
   try {
     await deps.temporal.connection.withDeadline(Date.now() + 5_000, () =>
-      deps.temporal.workflow.start(WEBHOOK_RESEND_WORKFLOW, {
-        workflowId,
-        taskQueue: TASK_QUEUES.core,
-        args: [input],
-        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
-      }),
+      startOnce(deps.temporal, WEBHOOK_RESEND_WORKFLOW, { workflowId, taskQueue: TASK_QUEUES.core, args: [input] }),
     );
     await withTenant(deps.sql, scope.companyId, (tx) => markOutboxDispatched(tx, workflowId, new Date()));
   } catch (error) {

@@ -359,6 +359,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.equal(again.workflowId, resend.workflowId);
     const handle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
     assert.deepEqual(await handle.result(), { kind: 'delivered', statusCode: 200 });
+    // The same key again after the resend finished: refused by Temporal (REJECT_DUPLICATE), nothing sent.
+    await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
+    await new Promise((resolve) => setTimeout(resolve, 300));
     assert.equal(hooks.received.length, 2, 'the same key resends once');
     assert.equal(hooks.received[1]!.headers['webhook-id'], eventId);
     verify(endpoint.secret, hooks.received[1]!);
