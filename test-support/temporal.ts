@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import type { ConnectionPlugin } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime, DefaultLogger } from '@temporalio/worker';
 import { resolveTemporalTestServer } from '../platform/temporal.ts';
@@ -14,6 +15,20 @@ function installQuietRuntime(): void {
 }
 
 /**
+ * The client connection pings every 30 s by default, and the Java test server (gRPC-Java's default
+ * permit of one ping per 5 min) answers a long test file's pings with GOAWAY "excess pings"; on a
+ * loaded machine the calls in flight then stall until the file times out
+ * (temporalio/sdk-typescript#2185). A local test server needs no keepalive: ping every 10 min.
+ */
+const QUIET_KEEPALIVE: ConnectionPlugin = {
+  name: 'quiet-keepalive',
+  configureConnection: (options) => ({
+    ...options,
+    channelArgs: { ...options.channelArgs, 'grpc.keepalive_time_ms': 600_000, 'grpc.keepalive_permit_without_calls': 0 },
+  }),
+};
+
+/**
  * The time-skipping test server (the Java test server, from PyPI). The SDK waits only a few seconds
  * for it to come up, which a loaded 2-core machine can miss, so a failed start is retried.
  */
@@ -23,7 +38,10 @@ export async function createTimeSkippingEnv(attempts = 3): Promise<TestWorkflowE
   let lastError: unknown;
   for (let attempt = 1; attempt <= attempts; attempt++) {
     try {
-      const env = await TestWorkflowEnvironment.createTimeSkipping({ server: { executable: { type: 'existing-path', path } } });
+      const env = await TestWorkflowEnvironment.createTimeSkipping({
+        server: { executable: { type: 'existing-path', path } },
+        plugins: [QUIET_KEEPALIVE],
+      });
       await registerSearchAttributes(env);
       return env;
     } catch (error) {
