@@ -14,12 +14,11 @@ import { isDeepStrictEqual } from 'node:util';
 import { createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
-import { resolveTemporalCli } from '../platform/temporal.ts';
-import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
+import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
+import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle, workflowSourceHash } from '../workers/bundle.ts';
-import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
 import { descendants, processAlive } from '../platform/processes.ts';
 import { freePort } from '../test-support/ports.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
@@ -417,13 +416,10 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
         database: 'payments',
         ephemeral: true,
       }),
-      startTemporalDevServer({
-        cliPath: resolveTemporalCli({ TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH }, process.env.PATH),
+      startScratchDevServer({
         dataDir: join(options.dataDir, 'temporal'),
         port: temporalPort,
         uiPort,
-        namespace: 'default',
-        searchAttributes: SEARCH_ATTRIBUTE_FLAGS,
         readyTimeoutMs: 120_000,
         onOutput: (line) => temporalOutput.push(line),
       }),

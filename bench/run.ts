@@ -18,12 +18,11 @@ import { freePort } from '../test-support/ports.ts';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
-import { resolveTemporalCli } from '../platform/temporal.ts';
-import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
+import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
+import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
-import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
 import { benchAwaitUpdate } from './baseline-workflow.ts';
 import { pgbenchHotPathScript, pgbenchScript } from './transfer-sql.ts';
 import { BENCH_TASK_QUEUE, summarize, type LatencySummary, type LoadPlan, type LoadResult } from './types.ts';
@@ -417,13 +416,10 @@ async function main(): Promise<void> {
         await first.stop();
         return startEmbeddedPostgres(pgOptions);
       })(),
-      startTemporalDevServer({
-        cliPath: resolveTemporalCli({ TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH }, process.env.PATH),
+      startScratchDevServer({
         dataDir: join(dataDir, 'temporal'),
         port: temporalPort,
         uiPort,
-        namespace: 'default',
-        searchAttributes: SEARCH_ATTRIBUTE_FLAGS,
         readyTimeoutMs: 120_000,
       }),
       loadWorkflowBundle(join(dataDir, 'cache')),

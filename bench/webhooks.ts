@@ -14,8 +14,8 @@ import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
-import { resolveTemporalCli } from '../platform/temporal.ts';
-import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
+import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
+import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 import { provisionTenant } from '../services/tenants.ts';
@@ -24,7 +24,6 @@ import { createWebhookEndpoint } from '../services/webhook-endpoints.ts';
 import { freePort } from '../test-support/ports.ts';
 import { startWebhookReceiver, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
-import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
 import { BENCH_TASK_QUEUE, summarize, type LatencySummary } from './types.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -350,13 +349,10 @@ try {
   [database, temporal] = await Promise.all([
     // Durable (fsync on), as in production and as `npm run bench`.
     startEmbeddedPostgres({ dir: join(dataDir, 'postgres'), port: pgPort, database: 'payments' }),
-    startTemporalDevServer({
-      cliPath: resolveTemporalCli({ TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH }, process.env.PATH),
+    startScratchDevServer({
       dataDir: join(dataDir, 'temporal'),
       port: temporalPort,
       uiPort,
-      namespace: 'default',
-      searchAttributes: SEARCH_ATTRIBUTE_FLAGS,
       readyTimeoutMs: 120_000,
     }),
     loadWorkflowBundle(join(dataDir, 'cache')),

@@ -15,8 +15,8 @@ import { Client, Connection } from '@temporalio/client';
 import { Webhook } from 'standardwebhooks';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { descendants, processAlive } from '../platform/processes.ts';
-import { resolveTemporalCli } from '../platform/temporal.ts';
-import { startTemporalDevServer, type DevServerHandle } from '../platform/temporal-dev-server.ts';
+import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
+import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { createLedgerTransfer } from '../services/transfers.ts';
@@ -27,7 +27,6 @@ import { freePort } from '../test-support/ports.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { startWebhookReceiver, type ReceivedWebhook, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
 import { workflowSourceHash } from '../workers/bundle.ts';
-import { SEARCH_ATTRIBUTE_FLAGS } from '../workflows/shared/search-attributes.ts';
 import { webhookDeliveryWorkflowId } from '../workflows/shared/webhooks.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -138,13 +137,10 @@ describe('webhooks survive a worker killed mid-delivery (real worker process, Te
     const temporalOutput: string[] = [];
     [database, temporal] = await Promise.all([
       createTestDatabase(),
-      startTemporalDevServer({
-        cliPath: resolveTemporalCli({ TEMPORAL_CLI_PATH: process.env.TEMPORAL_CLI_PATH }, process.env.PATH),
+      startScratchDevServer({
         dataDir: join(dataDir, 'temporal'),
         port: temporalPort,
         uiPort,
-        namespace: 'default',
-        searchAttributes: SEARCH_ATTRIBUTE_FLAGS,
         readyTimeoutMs: 60_000,
         onOutput: (line) => temporalOutput.push(line),
       }),
