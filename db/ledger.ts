@@ -186,6 +186,22 @@ function toTransfer(row: TransferRow): LedgerTransfer {
   };
 }
 
+/**
+ * A transfer from its event snapshot (transfer_snapshot() in migration 00005: the row's own column
+ * names, with bigints as strings and timestamps as ISO text), through the same mapping as a row.
+ */
+export function transferFromSnapshot(snapshot: Record<string, unknown>): LedgerTransfer {
+  const big = (value: unknown) => (value === null || value === undefined ? null : BigInt(value as string));
+  return toTransfer({
+    ...(snapshot as unknown as TransferRow),
+    amount: BigInt(snapshot.amount as string),
+    out_amount: big(snapshot.out_amount),
+    fee_amount: big(snapshot.fee_amount),
+    created_at: new Date(snapshot.created_at as string),
+    updated_at: new Date(snapshot.updated_at as string),
+  });
+}
+
 const TRANSFER_COLUMNS =
   'id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id, ' +
   'destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, failure_reason, workflow_id, version, created_at, updated_at';

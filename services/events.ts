@@ -1,4 +1,4 @@
-import type { Environment, LedgerTransfer, TransferStatus } from '../db/ledger.ts';
+import { transferFromSnapshot } from '../db/ledger.ts';
 import type { StoredEvent, WebhookEndpoint } from '../db/webhooks.ts';
 import { signed, transferResource, type TransferSigner } from '../api/v1/resources.ts';
 
@@ -27,56 +27,23 @@ async function renderSnapshot(event: StoredEvent, signer: TransferSigner): Promi
   }
 }
 
-/** Snapshot members are JSON scalars (transfer_snapshot() and webhook_endpoint_snapshot() build them). */
-const str = (value: unknown): string => (typeof value === 'string' ? value : JSON.stringify(value));
-const optStr = (value: unknown): string | null => (value === null || value === undefined ? null : str(value));
-const optBig = (value: unknown): bigint | null => (value === null || value === undefined ? null : BigInt(str(value)));
-
-/** The transfer row as the events trigger wrote it (transfer_snapshot()): big numbers as strings. */
-export function transferFromSnapshot(snapshot: Record<string, unknown>): LedgerTransfer {
-  const outAmount = optBig(snapshot.out_amount);
-  const feeAmount = optBig(snapshot.fee_amount);
-  const externalAccountId = optStr(snapshot.destination_external_account_id);
-  const outCurrency = optStr(snapshot.out_currency);
-  const fxRate = optStr(snapshot.fx_rate);
-  return {
-    id: str(snapshot.id),
-    companyId: str(snapshot.company_id),
-    environment: str(snapshot.environment) as Environment,
-    idempotencyKey: str(snapshot.idempotency_key),
-    rail: str(snapshot.rail) as LedgerTransfer['rail'],
-    status: str(snapshot.status) as TransferStatus,
-    amount: BigInt(str(snapshot.amount)),
-    currency: str(snapshot.currency),
-    sourceAccountId: str(snapshot.source_account_id),
-    destinationAccountId: optStr(snapshot.destination_account_id),
-    payout:
-      externalAccountId && outAmount !== null && outCurrency && feeAmount !== null && fxRate
-        ? { externalAccountId, outAmount, outCurrency, feeAmount, fxRate }
-        : null,
-    failureReason: optStr(snapshot.failure_reason),
-    workflowId: optStr(snapshot.workflow_id),
-    version: Number(snapshot.version),
-    createdAt: new Date(str(snapshot.created_at)),
-    updatedAt: new Date(str(snapshot.updated_at)),
-  };
-}
-
 type EndpointView = Pick<
   WebhookEndpoint,
   'id' | 'url' | 'description' | 'eventTypes' | 'status' | 'disabledReason' | 'createdAt' | 'updatedAt'
 > & { previousSecretExpiresAt?: Date | null };
 
+/** An endpoint from its event snapshot (webhook_endpoint_snapshot() in migration 00005). */
 function endpointFromSnapshot(snapshot: Record<string, unknown>): EndpointView {
+  const row = snapshot as { id: string; url: string; description: string; event_types: string[]; status: WebhookEndpoint['status'] };
   return {
-    id: str(snapshot.id),
-    url: str(snapshot.url),
-    description: str(snapshot.description),
-    eventTypes: Array.isArray(snapshot.event_types) ? snapshot.event_types.map(str) : [],
-    status: str(snapshot.status) as WebhookEndpoint['status'],
-    disabledReason: optStr(snapshot.disabled_reason),
-    createdAt: new Date(str(snapshot.created_at)),
-    updatedAt: new Date(str(snapshot.updated_at)),
+    id: row.id,
+    url: row.url,
+    description: row.description,
+    eventTypes: row.event_types,
+    status: row.status,
+    disabledReason: (snapshot.disabled_reason as string | null) ?? null,
+    createdAt: new Date(snapshot.created_at as string),
+    updatedAt: new Date(snapshot.updated_at as string),
   };
 }
 

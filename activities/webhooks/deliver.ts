@@ -94,32 +94,29 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
         );
       }
       const bytes = Buffer.byteLength(payload);
+      const tooLarge = bytes > limits.maxPayloadBytes;
+      const tooLargeError = `payload of ${bytes} bytes exceeds the ${limits.maxPayloadBytes}-byte limit`;
       const at = new Date();
       // Heartbeats while the request is out: a worker that dies mid-attempt is noticed within the
       // heartbeat timeout, and the attempt is made again (same webhook-id) by another worker.
       const activity = Context.current();
-      const send = async () => {
-        if (bytes > limits.maxPayloadBytes) {
-          return { ok: false, statusCode: null, latencyMs: 0, error: `payload of ${bytes} bytes exceeds the ${limits.maxPayloadBytes}-byte limit`, responseBody: '' };
-        }
-        const beat = setInterval(() => activity.heartbeat(), 1_000);
-        try {
-          return await deps.sender.send({
-            url: context.endpoint.url,
-            headers: webhookHeaders(signingSecrets(context.endpoint, at), context.event.id, at, payload),
-            body: payload,
-            timeoutMs: limits.attemptTimeoutMs,
-          });
-        } finally {
-          clearInterval(beat);
-        }
-      };
-      const result = await send();
+      const beat = tooLarge ? undefined : setInterval(() => activity.heartbeat(), 1_000);
+      const result = tooLarge
+        ? { ok: false, statusCode: null, latencyMs: 0, error: tooLargeError, responseBody: '' }
+        : await deps.sender
+            .send({
+              url: context.endpoint.url,
+              headers: webhookHeaders(signingSecrets(context.endpoint, at), context.event.id, at, payload),
+              body: payload,
+              timeoutMs: limits.attemptTimeoutMs,
+            })
+            .finally(() => clearInterval(beat));
       await withSystemScope(deps.sql, (tx) =>
         closeAttempt(tx, opened.attemptId, { id: context.delivery.id, endpointId: context.endpoint.id }, result),
       );
       if (result.ok) return { kind: 'delivered', statusCode: result.statusCode ?? 200 };
-      if (bytes > limits.maxPayloadBytes) return { kind: 'gone', reason: result.error ?? 'payload too large' };
+      // Too large now is too large on every retry: the delivery ends, with the reason recorded.
+      if (tooLarge) return { kind: 'gone', reason: tooLargeError };
       return { kind: 'failed', statusCode: result.statusCode, error: result.error ?? 'failed' };
     },
 

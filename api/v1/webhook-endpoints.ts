@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Client } from '@temporalio/client';
 import type { Sql } from '../../db/client.ts';
 import { withTenant } from '../../db/tenant.ts';
-import { findWebhookEndpoint, listAttempts, listWebhookEndpoints, type WebhookAttempt, type WebhookEndpoint } from '../../db/webhooks.ts';
+import { findWebhookEndpoint, listAttempts, listWebhookEndpoints, type WebhookAttempt } from '../../db/webhooks.ts';
 import type { Logger } from '../../platform/logger.ts';
 import { webhookEndpointResource } from '../../services/events.ts';
 import {
@@ -44,10 +44,6 @@ export const ZRotateSecret = z.strictObject({
 });
 export const ZResend = z.strictObject({ event: z.string().min(1).max(100) });
 
-function endpointResource(endpoint: WebhookEndpoint) {
-  return webhookEndpointResource(endpoint);
-}
-
 function attemptResource(attempt: WebhookAttempt) {
   return {
     id: attempt.id,
@@ -87,7 +83,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const endpoint = await createWebhookEndpoint(deps.sql, { companyId, environment }, body, deps.webhooks);
         ctx.status = 201;
         ctx.set('Location', `/v1/webhook_endpoints/${endpoint.id}`);
-        ctx.body = { ...endpointResource(endpoint), secret: endpoint.secret };
+        ctx.body = { ...webhookEndpointResource(endpoint), secret: endpoint.secret };
       },
     }),
     defineRoute({
@@ -105,7 +101,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const rows = await withTenant(deps.sql, companyId, (tx) =>
           listWebhookEndpoints(tx, { companyId, environment }, { limit: query.limit + 1, ...(after ? { after } : {}) }),
         );
-        ctx.body = toPage(rows, query.limit, endpointResource);
+        ctx.body = toPage(rows, query.limit, webhookEndpointResource);
       },
     }),
     defineRoute({
@@ -122,7 +118,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
         const endpoint = await withTenant(deps.sql, companyId, (tx) => findWebhookEndpoint(tx, { companyId, environment }, params.id));
         if (!endpoint) throw notFound('webhook endpoint');
-        ctx.body = endpointResource(endpoint);
+        ctx.body = webhookEndpointResource(endpoint);
       },
     }),
     defineRoute({
@@ -139,7 +135,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: 'The endpoint.', 400: 'WEBHOOK_URL_*', 404: 'No such endpoint.' },
       async handler(ctx, { params, body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        ctx.body = endpointResource(await changeWebhookEndpoint(deps.sql, { companyId, environment }, params.id, body, deps.webhooks));
+        ctx.body = webhookEndpointResource(await changeWebhookEndpoint(deps.sql, { companyId, environment }, params.id, body, deps.webhooks));
       },
     }),
     defineRoute({
@@ -176,7 +172,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
         const endpoint = await rotateWebhookEndpointSecret(deps.sql, { companyId, environment }, params.id, body.overlap_seconds);
         ctx.body = {
-          ...endpointResource(endpoint),
+          ...webhookEndpointResource(endpoint),
           secret: endpoint.secret,
           previous_secret_expires_at: endpoint.previousSecretExpiresAt?.toISOString() ?? null,
         };
