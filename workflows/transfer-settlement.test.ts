@@ -5,7 +5,6 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
-  ActivityFailure,
   WithStartWorkflowOperation,
   WorkflowFailedError,
   WorkflowUpdateFailedError,
@@ -53,6 +52,13 @@ const WALLET_START = 10_000n * USDC; // the sandbox preload
 const FEE = 1n * USDC;
 const HISTORIES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'histories');
 const HISTORY_PREFIX = 'transfer-settlement-';
+/**
+ * Recorded versions: v1 ran the submission and the ledger writes as remote activities; v2 (patch
+ * `settlement-local-steps`) runs them as local activities. Recording (UPDATE_HISTORIES=1) writes the
+ * current version; every version's histories keep replaying.
+ */
+const HISTORY_VERSIONS = ['v1', 'v2'] as const;
+const CURRENT_HISTORY_VERSION = 'v2';
 /** The paths whose history is recorded and replayed by later versions of the workflow. */
 const RECORDED_PATHS = [
   'settled',
@@ -297,7 +303,10 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     const history = await handle.fetchHistory();
     await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
     if (recordAs && process.env.UPDATE_HISTORIES === '1') {
-      await writeFile(join(HISTORIES_DIR, `${HISTORY_PREFIX}${recordAs}.history.json`), historyToJSON(history));
+      await writeFile(
+        join(HISTORIES_DIR, `${HISTORY_PREFIX}${CURRENT_HISTORY_VERSION}-${recordAs}.history.json`),
+        historyToJSON(history),
+      );
     }
     return history;
   }
@@ -335,6 +344,26 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
     await assertWalletDebited(payout);
     const history = await replay(handle, 'settled');
+    // Version 2: the submission and the settlement are local activities (markers) and only polls are
+    // activity tasks; the whole quick path (patch, submit, settle, the return-window timer) is the
+    // first workflow task.
+    const events = history.events ?? [];
+    const types = events.map((event) => protos.temporal.api.enums.v1.EventType[event.eventType ?? 0]);
+    const scheduled = events.flatMap((event) =>
+      event.activityTaskScheduledEventAttributes ? [event.activityTaskScheduledEventAttributes.activityType?.name] : [],
+    );
+    assert.deepEqual([...new Set(scheduled)], ['pollRail']);
+    const firstTask = types.slice(0, types.indexOf('EVENT_TYPE_WORKFLOW_TASK_SCHEDULED', 2));
+    assert.deepEqual(
+      firstTask.filter((type) => type === 'EVENT_TYPE_MARKER_RECORDED' || type === 'EVENT_TYPE_TIMER_STARTED'),
+      [
+        'EVENT_TYPE_MARKER_RECORDED',
+        'EVENT_TYPE_MARKER_RECORDED',
+        'EVENT_TYPE_MARKER_RECORDED',
+        'EVENT_TYPE_TIMER_STARTED',
+      ],
+      `patch, submit and settle markers, then the timer, in the first workflow task: ${firstTask.join(', ')}`,
+    );
     const elapsed = elapsedMs(history);
     assert.ok(elapsed >= 60 * DAY_MS && elapsed < 61 * DAY_MS, `the return window lasted 60 days (${elapsed} ms)`);
   });
@@ -492,6 +521,13 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
             taskQueue: TASK_QUEUES.core,
             args: [payout.input],
             workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+            // As the API starts it (services/rail-transfers.ts): the run carries its search attributes.
+            typedSearchAttributes: [
+              { key: SEARCH_ATTRIBUTES.companyId, value: payout.companyId },
+              { key: SEARCH_ATTRIBUTES.objectId, value: payout.transferId },
+              { key: SEARCH_ATTRIBUTES.objectStatus, value: 'pending' },
+              { key: SEARCH_ATTRIBUTES.environment, value: 'sandbox' },
+            ],
           },
         );
         return {
@@ -515,7 +551,21 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
       assert.equal(observed.submits.get(payout.transferId), 1);
       const final = await handle.result();
       assert.equal(final.status, expected === 'settled' ? 'settled' : 'failed');
-      await replay(handle);
+      const history = await replay(handle);
+      if (expected === 'settled') {
+        // Started with its search attributes, the run upserts only the status changes (and the SDK
+        // records the patch in TemporalChangeVersion).
+        const upserts = (history.events ?? []).flatMap((event) => {
+          const fields = event.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields;
+          return fields ? [Object.keys(fields).sort().join(',')] : [];
+        });
+        assert.deepEqual(upserts, [
+          'TemporalChangeVersion',
+          SEARCH_ATTRIBUTES.objectStatus.name,
+          SEARCH_ATTRIBUTES.objectStatus.name,
+        ]);
+        await assertSearchAttributes(handle, payout, 'settled');
+      }
     }
   });
 
@@ -557,9 +607,9 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     const handle = await start(missing);
     await assert.rejects(handle.result(), (error: unknown) => {
       assert.ok(error instanceof WorkflowFailedError);
-      assert.ok(error.cause instanceof ActivityFailure);
-      assert.ok(error.cause.cause instanceof ApplicationFailure);
-      assert.equal(error.cause.cause.type, 'TransferNotFound');
+      // A local activity's failure is the ApplicationFailure itself (a remote one's comes wrapped).
+      assert.ok(error.cause instanceof ApplicationFailure, `cause: ${String(error.cause)}`);
+      assert.equal(error.cause.type, 'TransferNotFound');
       return true;
     });
     assert.equal(observed.submits.get(missing.transferId), undefined);
@@ -586,7 +636,9 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     const files = (await readdir(HISTORIES_DIR)).filter((file) => file.startsWith(HISTORY_PREFIX)).sort();
     assert.deepEqual(
       files,
-      RECORDED_PATHS.map((path) => `${HISTORY_PREFIX}${path}.history.json`).sort(),
+      HISTORY_VERSIONS.flatMap((version) =>
+        RECORDED_PATHS.map((path) => `${HISTORY_PREFIX}${version}-${path}.history.json`),
+      ).sort(),
       'one recorded history per main path (record them with UPDATE_HISTORIES=1)',
     );
     for (const file of files) {

@@ -4,9 +4,13 @@ import {
   ApplicationFailure,
   condition,
   log,
+  patched,
+  TimeoutFailure,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import type { TransferActivities } from '../activities/transfers.ts';
 import type { PayoutStatus, PayoutSubmission } from '../activities/rails/types.ts';
@@ -40,17 +44,54 @@ const TIMING_MS_MAX = 365 * DAY_MS;
 // Submitting is idempotent at the rail (keyed by the transfer ID), so an attempt whose answer was lost
 // is simply made again. When every attempt fails transiently the rail may still hold the payout: the
 // confirmation loop keeps re-submitting until it gets an answer or the payout expires.
-const { submitTransferToRail } = proxyActivities<TransferActivities>({
+const SUBMIT_OPTIONS = {
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
-});
+} as const;
 
 // Ledger writes: each is one short, idempotent transaction. They must happen eventually, so they
 // retry for about two hours before the run fails and shows up for an operator.
-const { settleTransfer, failTransfer, returnTransfer } = proxyActivities<TransferActivities>({
+const LEDGER_OPTIONS = {
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes', maximumAttempts: 30 },
-});
+} as const;
+
+/**
+ * Version 2 (patch `settlement-local-steps`) runs the submission and the ledger writes as local
+ * activities: each is one short idempotent call, so it runs inside the workflow task that asked for
+ * it and is recorded as a marker, instead of a round trip through an activity task queue (three
+ * history events, a task dispatch and a new workflow task each). The quick path (submit, settle,
+ * answer the update, start the return-window timer) is then one workflow task, which is what makes
+ * Shape A cost about what a bare one-local-activity workflow costs on the same Temporal server.
+ * Every retry beyond the first waits on a durable workflow timer (`localRetryThreshold` near zero),
+ * not in the worker's memory, so a backoff survives a worker crash and time-skipping tests skip it.
+ * Runs started before version 2 replay with the remote activities they were started with.
+ */
+const LOCAL_STEPS_PATCH = 'settlement-local-steps';
+const LOCAL_RETRY_THRESHOLD = '1 millisecond';
+const remoteSteps = {
+  submitTransferToRail: proxyActivities<TransferActivities>(SUBMIT_OPTIONS).submitTransferToRail,
+  ...pickLedgerSteps(proxyActivities<TransferActivities>(LEDGER_OPTIONS)),
+};
+const localSteps = {
+  submitTransferToRail: proxyLocalActivities<TransferActivities>({
+    ...SUBMIT_OPTIONS,
+    localRetryThreshold: LOCAL_RETRY_THRESHOLD,
+  }).submitTransferToRail,
+  ...pickLedgerSteps(
+    proxyLocalActivities<TransferActivities>({ ...LEDGER_OPTIONS, localRetryThreshold: LOCAL_RETRY_THRESHOLD }),
+  ),
+};
+
+function pickLedgerSteps(
+  activities: Pick<TransferActivities, 'settleTransfer' | 'failTransfer' | 'returnTransfer'>,
+): Pick<TransferActivities, 'settleTransfer' | 'failTransfer' | 'returnTransfer'> {
+  return {
+    settleTransfer: activities.settleTransfer,
+    failTransfer: activities.failTransfer,
+    returnTransfer: activities.returnTransfer,
+  };
+}
 
 // A poll is best effort: a failed one is logged and the next interval polls again.
 const { pollRail } = proxyActivities<TransferActivities>({
@@ -82,8 +123,20 @@ function reasonFrom(payload: { reason?: unknown } | undefined, fallback: string)
   return (reason || fallback).slice(0, REASON_LENGTH_MAX);
 }
 
-function isRefusal(error: ActivityFailure): boolean {
-  return error.cause instanceof ApplicationFailure && error.cause.nonRetryable === true;
+/**
+ * The failure an activity call ended with, or undefined when the error is not an activity's (a bug,
+ * a cancellation: those propagate). A remote activity's failure comes wrapped in an ActivityFailure;
+ * a local activity's (TypeScript SDK) is thrown as the ApplicationFailure or TimeoutFailure itself.
+ */
+function activityFailure(error: unknown): ActivityFailure | ApplicationFailure | TimeoutFailure | undefined {
+  return error instanceof ActivityFailure || error instanceof ApplicationFailure || error instanceof TimeoutFailure
+    ? error
+    : undefined;
+}
+
+function isRefusal(error: ActivityFailure | ApplicationFailure | TimeoutFailure): boolean {
+  const cause = error instanceof ActivityFailure ? error.cause : error;
+  return cause instanceof ApplicationFailure && cause.nonRetryable === true;
 }
 
 /**
@@ -107,6 +160,10 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     );
   }
   const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
+  const localStepsVersion = patched(LOCAL_STEPS_PATCH);
+  const { submitTransferToRail, settleTransfer, failTransfer, returnTransfer } = localStepsVersion
+    ? localSteps
+    : remoteSteps;
   const confirmationTimeoutMs = positiveMs(
     'confirmationTimeoutMs',
     input.confirmationTimeoutMs,
@@ -135,13 +192,19 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   let verdict: Verdict | undefined;
   let returned: { reason: string } | undefined;
 
-  const publishStatus = () =>
-    upsertSearchAttributes([
+  // Version 2 upserts only what differs from the run's current search attributes: a run the API
+  // started already carries all four (set by update-with-start), so its first upsert is skipped.
+  const publishStatus = () => {
+    const wanted = [
       { key: SEARCH_ATTRIBUTES.companyId, value: ref.companyId },
       { key: SEARCH_ATTRIBUTES.objectId, value: ref.transferId },
       { key: SEARCH_ATTRIBUTES.environment, value: ref.environment },
       { key: SEARCH_ATTRIBUTES.objectStatus, value: snapshot.status },
-    ]);
+    ];
+    const current = workflowInfo().typedSearchAttributes;
+    const changed = localStepsVersion ? wanted.filter(({ key, value }) => current.get(key) !== value) : wanted;
+    if (changed.length > 0) upsertSearchAttributes(changed);
+  };
   const adopt = (next: TransferSnapshot) => {
     const changed = next.status !== snapshot.status;
     snapshot = next;
@@ -219,14 +282,15 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     try {
       return await submitTransferToRail(ref);
     } catch (error) {
-      if (!(error instanceof ActivityFailure)) throw error;
-      if (isRefusal(error)) {
-        refused = `submission refused: ${error.cause?.message ?? error.message}`;
+      const failure = activityFailure(error);
+      if (failure === undefined) throw error;
+      if (isRefusal(failure)) {
+        refused = `submission refused: ${(failure instanceof ActivityFailure ? failure.cause?.message : undefined) ?? failure.message}`;
         return undefined;
       }
       log.warn('rail submission outcome unknown; submitting again at the next poll', {
         transferId: ref.transferId,
-        error: error.message,
+        error: failure.message,
       });
       return undefined;
     }
