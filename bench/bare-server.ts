@@ -11,6 +11,8 @@ const companyId = process.env.BENCH_COMPANY_ID;
 if (!url || !companyId) throw new Error('BENCH_DATABASE_URL and BENCH_COMPANY_ID are required');
 const sql = postgres(url, {
   max: Number(process.env.BENCH_POOL_MAX ?? 32),
+  // postgres.js reads max_pipeline but its types omit it (as in db/client.ts).
+  ...({ max_pipeline: Number(process.env.BENCH_MAX_PIPELINE ?? 100) } as object),
   prepare: true,
   onnotice: () => undefined,
   connection: { application_name: 'bench-bare' },

@@ -6,6 +6,8 @@ export type TransactionSql = postgres.TransactionSql;
 export interface DatabaseOptions {
   url: string;
   poolMax: number;
+  /** Queries postgres.js may send ahead on one busy connection (default 100). */
+  maxPipeline?: number;
   connectTimeoutS: number;
   idleTimeoutS: number;
   statementTimeoutMs: number;
@@ -23,6 +25,8 @@ export const APP_ROLE = 'payments_app';
 export function createSql(options: DatabaseOptions): Sql {
   return postgres(options.url, {
     max: options.poolMax,
+    // postgres.js reads max_pipeline (default 100) but its types omit it.
+    ...(options.maxPipeline ? { max_pipeline: options.maxPipeline } : {}),
     connect_timeout: options.connectTimeoutS,
     idle_timeout: options.idleTimeoutS,
     max_lifetime: 60 * 30,
@@ -45,6 +49,7 @@ export function createSql(options: DatabaseOptions): Sql {
 export function databaseOptionsFromConfig(
   config: {
     DATABASE_POOL_MAX: number;
+    DATABASE_MAX_PIPELINE?: number;
     DATABASE_CONNECT_TIMEOUT_S: number;
     DATABASE_IDLE_TIMEOUT_S: number;
     DATABASE_STATEMENT_TIMEOUT_MS: number;
@@ -57,6 +62,7 @@ export function databaseOptionsFromConfig(
     url,
     ...(role ? { role } : {}),
     poolMax: config.DATABASE_POOL_MAX,
+    ...(config.DATABASE_MAX_PIPELINE ? { maxPipeline: config.DATABASE_MAX_PIPELINE } : {}),
     connectTimeoutS: config.DATABASE_CONNECT_TIMEOUT_S,
     idleTimeoutS: config.DATABASE_IDLE_TIMEOUT_S,
     statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS,
