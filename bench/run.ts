@@ -386,6 +386,19 @@ interface StatementStat {
   query: string;
 }
 
+/** The top-level statements since the last pg_stat_statements_reset(), most called first. */
+async function topStatements(sql: Sql): Promise<StatementStat[]> {
+  const statements = await sql<{ calls: bigint; mean_ms: number; query: string }[]>`
+    select calls::bigint as calls, mean_exec_time as mean_ms, query from pg_stat_statements
+    where dbid = (select oid from pg_database where datname = current_database()) and toplevel
+    order by calls desc limit 25`;
+  return statements.map((row) => ({
+    calls: Number(row.calls),
+    meanMs: row.mean_ms,
+    query: row.query.replace(/\s+/g, ' ').slice(0, 160),
+  }));
+}
+
 async function main(): Promise<void> {
   const dataDir = await mkdtemp(join(tmpdir(), 'payments-bench-'));
   await chmod(dataDir, 0o755);
@@ -603,19 +616,11 @@ async function main(): Promise<void> {
         load(apiPlan('shapeB', { accounts, recordLimit: 200_000 }, 'api-spread')),
       );
       const after = await counters();
-      const statements = await sql<{ calls: bigint; mean_ms: number; query: string }[]>`
-      select calls::bigint as calls, mean_exec_time as mean_ms, query from pg_stat_statements
-      where dbid = (select oid from pg_database where datname = current_database()) and toplevel
-      order by calls desc limit 25`;
       // Transfers are counted in their table, not from the statements: the hot path is one call of a
       // SQL function. Statements are the top-level ones sent by clients (the worker's included),
       // not those run inside functions and triggers.
       const transferCalls = Number(after.transfers - before.transfers);
-      const statementStats: StatementStat[] = statements.map((row) => ({
-        calls: Number(row.calls),
-        meanMs: row.mean_ms,
-        query: row.query.replace(/\s+/g, ' ').slice(0, 160),
-      }));
+      const statementStats = await topStatements(sql);
       const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
       results.shapeBStatements = {
         transfers: transferCalls,
@@ -654,9 +659,11 @@ async function main(): Promise<void> {
 
     // ---- 5. Shape A, and the bare Temporal baseline
     if (PHASES.has('shapeA')) {
+      await sql`select pg_stat_statements_reset()`;
       const shapeA = await measured(sql, 'API Shape A', () =>
         load(apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId }, 'api-shape-a')),
       );
+      results.shapeAStatements = await topStatements(sql);
       figures.apiShapeA = figureOf('API Shape A payout (workflow)', shapeA);
       log(
         `api shape A: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
@@ -747,6 +754,7 @@ async function main(): Promise<void> {
     await writeFile(join(here, 'results.md'), `# Benchmark results\n\n${machine}\n\n${table}\n`);
   } else log('partial or profiled run: bench/results.* left as they are');
   console.log(`statements per Shape B transfer: ${JSON.stringify(results.shapeBStatements, null, 2)}`);
+  console.log(`statements during Shape A: ${JSON.stringify(results.shapeAStatements, null, 2)}`);
 }
 
 await main();

@@ -16,6 +16,13 @@ export async function systemAccount(
   purpose: SystemPurpose,
   newId: () => string,
 ): Promise<string> {
+  // Read first: the row exists after the first use, and a plain read never waits, where
+  // INSERT ... ON CONFLICT waits for every transaction that has just updated the (hot) row.
+  const [found] = await tx<{ id: string }[]>`
+    select id from ledger_accounts
+    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency}
+      and type = 'system' and system_purpose = ${purpose}`;
+  if (found) return found.id;
   const [created] = await tx<{ id: string }[]>`
     insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit, system_purpose)
     values (${newId()}, ${scope.companyId}, ${scope.environment}, 'system', ${currency}, ${`${purpose} ${currency}`}, null, ${purpose})
@@ -170,14 +177,25 @@ interface EntryLine {
 }
 
 /** Inserts entries in account-ID order, so concurrent transfers lock accounts in one global order. */
+/**
+ * All of a step's entries in ONE statement, in account-ID order: the balance trigger locks each
+ * account as its row is inserted, so concurrent steps lock in the same order (no deadlock), and the
+ * hot platform accounts (fees, FX, clearing, payouts) are held for one statement rather than one
+ * round trip per entry.
+ */
 async function insertEntries(tx: TransactionSql, scope: Scope, transferId: string, lines: EntryLine[]): Promise<void> {
   const sorted = [...lines].sort((a, b) => (a.accountId < b.accountId ? -1 : a.accountId > b.accountId ? 1 : 0));
-  for (const line of sorted) {
-    await tx`
-      insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
-      values (${scope.companyId}, ${scope.environment}, ${transferId}, ${line.accountId}, ${line.currency},
-              ${line.amount.toString()}, ${line.kind}, ${line.holdId ?? null})`;
-  }
+  await tx`
+    insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+    select ${scope.companyId}, ${scope.environment}, ${transferId}, l.account_id, l.currency, l.amount, l.kind, l.hold_id
+    from unnest(
+      ${sorted.map((line) => line.accountId)}::text[],
+      ${sorted.map((line) => line.currency)}::text[],
+      ${sorted.map((line) => line.amount.toString())}::bigint[],
+      ${sorted.map((line) => line.kind)}::text[],
+      ${sorted.map((line) => line.holdId ?? null)}::text[]
+    ) with ordinality as l(account_id, currency, amount, kind, hold_id, n)
+    order by l.n`;
 }
 
 async function recordStatus(tx: TransactionSql, transfer: { id: string; companyId: string }, status: TransferStatus, reason: string | null) {
