@@ -176,7 +176,6 @@ interface EntryLine {
   holdId?: string;
 }
 
-/** Inserts entries in account-ID order, so concurrent transfers lock accounts in one global order. */
 /**
  * All of a step's entries in ONE statement, in account-ID order: the balance trigger locks each
  * account as its row is inserted, so concurrent steps lock in the same order (no deadlock), and the

@@ -69,29 +69,16 @@ const LEDGER_OPTIONS = {
  */
 const LOCAL_STEPS_PATCH = 'settlement-local-steps';
 const LOCAL_RETRY_THRESHOLD = '1 millisecond';
-const remoteSteps = {
-  submitTransferToRail: proxyActivities<TransferActivities>(SUBMIT_OPTIONS).submitTransferToRail,
-  ...pickLedgerSteps(proxyActivities<TransferActivities>(LEDGER_OPTIONS)),
-};
-const localSteps = {
-  submitTransferToRail: proxyLocalActivities<TransferActivities>({
-    ...SUBMIT_OPTIONS,
-    localRetryThreshold: LOCAL_RETRY_THRESHOLD,
-  }).submitTransferToRail,
-  ...pickLedgerSteps(
-    proxyLocalActivities<TransferActivities>({ ...LEDGER_OPTIONS, localRetryThreshold: LOCAL_RETRY_THRESHOLD }),
-  ),
-};
-
-function pickLedgerSteps(
-  activities: Pick<TransferActivities, 'settleTransfer' | 'failTransfer' | 'returnTransfer'>,
-): Pick<TransferActivities, 'settleTransfer' | 'failTransfer' | 'returnTransfer'> {
-  return {
-    settleTransfer: activities.settleTransfer,
-    failTransfer: activities.failTransfer,
-    returnTransfer: activities.returnTransfer,
-  };
-}
+const remoteSubmit = proxyActivities<TransferActivities>(SUBMIT_OPTIONS);
+const remoteLedger = proxyActivities<TransferActivities>(LEDGER_OPTIONS);
+const localSubmit = proxyLocalActivities<TransferActivities>({
+  ...SUBMIT_OPTIONS,
+  localRetryThreshold: LOCAL_RETRY_THRESHOLD,
+});
+const localLedger = proxyLocalActivities<TransferActivities>({
+  ...LEDGER_OPTIONS,
+  localRetryThreshold: LOCAL_RETRY_THRESHOLD,
+});
 
 // A poll is best effort: a failed one is logged and the next interval polls again.
 const { pollRail } = proxyActivities<TransferActivities>({
@@ -124,18 +111,17 @@ function reasonFrom(payload: { reason?: unknown } | undefined, fallback: string)
 }
 
 /**
- * The failure an activity call ended with, or undefined when the error is not an activity's (a bug,
- * a cancellation: those propagate). A remote activity's failure comes wrapped in an ActivityFailure;
- * a local activity's (TypeScript SDK) is thrown as the ApplicationFailure or TimeoutFailure itself.
+ * The failure an activity call ended with, unwrapped, or undefined when the error is not an
+ * activity's (a bug, a cancellation: those propagate). A remote activity's failure comes wrapped in an
+ * ActivityFailure; a local activity's (TypeScript SDK) is thrown as the ApplicationFailure or
+ * TimeoutFailure itself.
  */
-function activityFailure(error: unknown): ActivityFailure | ApplicationFailure | TimeoutFailure | undefined {
-  return error instanceof ActivityFailure || error instanceof ApplicationFailure || error instanceof TimeoutFailure
-    ? error
-    : undefined;
+function activityFailureCause(error: unknown): Error | undefined {
+  if (error instanceof ActivityFailure) return error.cause ?? error;
+  return error instanceof ApplicationFailure || error instanceof TimeoutFailure ? error : undefined;
 }
 
-function isRefusal(error: ActivityFailure | ApplicationFailure | TimeoutFailure): boolean {
-  const cause = error instanceof ActivityFailure ? error.cause : error;
+function isRefusal(cause: Error): boolean {
   return cause instanceof ApplicationFailure && cause.nonRetryable === true;
 }
 
@@ -161,9 +147,8 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   }
   const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
   const localStepsVersion = patched(LOCAL_STEPS_PATCH);
-  const { submitTransferToRail, settleTransfer, failTransfer, returnTransfer } = localStepsVersion
-    ? localSteps
-    : remoteSteps;
+  const { submitTransferToRail } = localStepsVersion ? localSubmit : remoteSubmit;
+  const { settleTransfer, failTransfer, returnTransfer } = localStepsVersion ? localLedger : remoteLedger;
   const confirmationTimeoutMs = positiveMs(
     'confirmationTimeoutMs',
     input.confirmationTimeoutMs,
@@ -282,15 +267,15 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     try {
       return await submitTransferToRail(ref);
     } catch (error) {
-      const failure = activityFailure(error);
-      if (failure === undefined) throw error;
-      if (isRefusal(failure)) {
-        refused = `submission refused: ${(failure instanceof ActivityFailure ? failure.cause?.message : undefined) ?? failure.message}`;
+      const cause = activityFailureCause(error);
+      if (cause === undefined) throw error;
+      if (isRefusal(cause)) {
+        refused = `submission refused: ${cause.message}`;
         return undefined;
       }
       log.warn('rail submission outcome unknown; submitting again at the next poll', {
         transferId: ref.transferId,
-        error: failure.message,
+        error: cause.message,
       });
       return undefined;
     }
