@@ -28,6 +28,14 @@ export interface StoredResponse {
   body: Buffer;
 }
 
+/**
+ * Where a key stands: its first request still running under a lease (the fencing token, and whether
+ * it has expired on the database clock), or completed with the response every replay gets.
+ */
+export type IdempotencyKeyState =
+  | { status: 'running'; lockedUntil: Date; leaseExpired: boolean }
+  | { status: 'completed'; response: StoredResponse };
+
 export type IdempotencyRecord = IdempotencyKeyId & {
   requestMethod: IdempotencyMethod;
   requestPath: string;
@@ -35,8 +43,8 @@ export type IdempotencyRecord = IdempotencyKeyId & {
   createdAt: Date;
   expiresAt: Date;
 } & (
-    | { status: 'running'; lockedUntil: Date; leaseExpired: boolean }
-    | { status: 'completed'; response: StoredResponse; completedAt: Date }
+    | Extract<IdempotencyKeyState, { status: 'running' }>
+    | (Extract<IdempotencyKeyState, { status: 'completed' }> & { completedAt: Date })
   );
 
 interface IdempotencyRow {
@@ -57,6 +65,21 @@ interface IdempotencyRow {
   expires_at: Date;
 }
 
+/** The columns a key's state is read from: a row of the table, or the hot path's claim outcome. */
+type KeyStateColumns = Pick<IdempotencyRow, 'locked_until' | 'lease_expired' | 'response_status' | 'response_headers' | 'response_body'>;
+
+function keyStateOf(status: 'running' | 'completed', row: KeyStateColumns): IdempotencyKeyState {
+  if (status === 'running') return { status: 'running', lockedUntil: row.locked_until!, leaseExpired: row.lease_expired === true };
+  return {
+    status: 'completed',
+    response: {
+      status: row.response_status!,
+      headers: row.response_headers ?? {},
+      body: row.response_body ?? Buffer.alloc(0),
+    },
+  };
+}
+
 function toRecord(row: IdempotencyRow): IdempotencyRecord {
   const base = {
     companyId: row.company_id,
@@ -68,19 +91,8 @@ function toRecord(row: IdempotencyRow): IdempotencyRecord {
     createdAt: row.created_at,
     expiresAt: row.expires_at,
   };
-  if (row.status === 'running') {
-    return { ...base, status: 'running', lockedUntil: row.locked_until!, leaseExpired: row.lease_expired === true };
-  }
-  return {
-    ...base,
-    status: 'completed',
-    completedAt: row.completed_at!,
-    response: {
-      status: row.response_status!,
-      headers: row.response_headers ?? {},
-      body: row.response_body ?? Buffer.alloc(0),
-    },
-  };
+  const state = keyStateOf(row.status, row);
+  return state.status === 'running' ? { ...base, ...state } : { ...base, ...state, completedAt: row.completed_at! };
 }
 
 /**
@@ -95,17 +107,17 @@ export type IdempotencyClaim = IdempotencyKeyId & {
   response: StoredResponse;
 };
 
-/** A key that was already taken when a statement tried to claim it. */
-export type ExistingIdempotencyKey =
-  | { status: 'running'; sameRequest: boolean; lockedUntil: Date; leaseExpired: boolean }
-  | { status: 'completed'; sameRequest: boolean; response: StoredResponse };
-
 /**
  * The result of a claim-and-write statement: the write happened and the response is stored
- * ('created'), the key exists ('existing': nothing was written), or the row vanished between the
- * statement's insert and its read ('retry': nothing was written, try again).
+ * ('created'), the key exists ('existing': nothing was written; the key's state as IdempotencyRecord
+ * has it, and whether this same request claimed it: the statement compares the fingerprints instead
+ * of returning the stored one), or the row vanished between the statement's insert and its read
+ * ('retry': nothing was written, try again).
  */
-export type ClaimOutcome = { kind: 'created' } | { kind: 'existing'; existing: ExistingIdempotencyKey } | { kind: 'retry' };
+export type ClaimOutcome =
+  | { kind: 'created' }
+  | { kind: 'existing'; existing: IdempotencyKeyState & { sameRequest: boolean } }
+  | { kind: 'retry' };
 
 export interface ClaimOutcomeRow {
   outcome: 'created' | 'existing' | 'retry';
@@ -120,18 +132,7 @@ export interface ClaimOutcomeRow {
 
 export function claimOutcomeOf(row: ClaimOutcomeRow): ClaimOutcome {
   if (row.outcome !== 'existing') return { kind: row.outcome };
-  const sameRequest = row.same_request === true;
-  if (row.key_status === 'running') {
-    return { kind: 'existing', existing: { status: 'running', sameRequest, lockedUntil: row.locked_until!, leaseExpired: row.lease_expired === true } };
-  }
-  return {
-    kind: 'existing',
-    existing: {
-      status: 'completed',
-      sameRequest,
-      response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body ?? Buffer.alloc(0) },
-    },
-  };
+  return { kind: 'existing', existing: { ...keyStateOf(row.key_status!, row), sameRequest: row.same_request === true } };
 }
 
 /** The lease end `leaseMs` from now on the database clock, truncated so it round-trips as a Date. */
@@ -227,16 +228,7 @@ export async function releaseIdempotencyKey(tx: TransactionSql, id: IdempotencyK
  * Inserts the key already completed with its response, unless a row for it exists: for an answer
  * decided without a running row (a refusal of the single-statement hot path). True when inserted.
  */
-export async function insertCompletedIdempotencyKey(
-  tx: TransactionSql,
-  entry: IdempotencyKeyId & {
-    requestMethod: IdempotencyMethod;
-    requestPath: string;
-    requestHash: Buffer;
-    ttlMs: number;
-    response: StoredResponse;
-  },
-): Promise<boolean> {
+export async function insertCompletedIdempotencyKey(tx: TransactionSql, entry: IdempotencyClaim): Promise<boolean> {
   const rows = await tx`
     insert into idempotency_keys
       (company_id, environment, key, request_method, request_path, request_hash, status, locked_until,

@@ -11,9 +11,9 @@ import {
   releaseIdempotencyKey,
   takeOverExpiredIdempotencyKey,
   type ClaimOutcome,
-  type ExistingIdempotencyKey,
   type IdempotencyClaim,
   type IdempotencyKeyId,
+  type IdempotencyKeyState,
   type IdempotencyMethod,
   type StoredResponse,
 } from '../../db/idempotency.ts';
@@ -217,6 +217,27 @@ interface RequestFingerprint {
 
 type Acquired = { kind: 'acquired'; lease: Date } | { kind: 'replay'; response: StoredResponse };
 
+/**
+ * What a key that was already taken means for this request, the same in both flows: 422 for another
+ * request, the stored response to replay, 409 while a request holds a live lease. A running row
+ * whose lease expired belongs to a request that died before it wrote anything: its lease comes
+ * back, for the caller to take the row over (classic flow) or release it and try again (in-statement).
+ */
+function answerFor(
+  existing: IdempotencyKeyState,
+  sameRequest: boolean,
+): { kind: 'replay'; response: StoredResponse } | { kind: 'expired'; lease: Date } {
+  if (!sameRequest) throw problems.idempotencyKeyReused();
+  if (existing.status === 'completed') return { kind: 'replay', response: existing.response };
+  if (!existing.leaseExpired) throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+  return { kind: 'expired', lease: existing.lockedUntil };
+}
+
+function writeReplay(ctx: Context, response: StoredResponse): void {
+  writeResponse(ctx, response);
+  ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+}
+
 export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions }): Idempotency {
   const { sql, options } = deps;
   assert(Number.isInteger(options.ttlMs) && options.ttlMs >= TTL_MS_MIN, 'idempotency ttlMs must be at least 24 h');
@@ -237,9 +258,8 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         if (lease) return { kind: 'acquired', lease };
         const existing = await findIdempotencyKey(tx, id);
         if (!existing) continue; // released between the two statements: try the insert again
-        if (!existing.requestHash.equals(request.hash)) throw problems.idempotencyKeyReused();
-        if (existing.status === 'completed') return { kind: 'replay', response: existing.response };
-        if (!existing.leaseExpired) break;
+        const answer = answerFor(existing, existing.requestHash.equals(request.hash));
+        if (answer.kind === 'replay') return answer;
         const takenOver = await takeOverExpiredIdempotencyKey(tx, { ...id, requestHash: request.hash, leaseMs: options.leaseMs });
         if (takenOver) return { kind: 'acquired', lease: takenOver };
         break; // another request took it over first
@@ -264,8 +284,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   async function runClaimed(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, execute: () => Promise<void>) {
     const acquired = await acquire(id, request);
     if (acquired.kind === 'replay') {
-      writeResponse(ctx, acquired.response);
-      ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      writeReplay(ctx, acquired.response);
       return;
     }
     const { lease } = acquired;
@@ -310,29 +329,20 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   }
 
   /**
-   * Answers from a key that was already taken: a replay, 422 for another request, 409 while a
-   * classic request holds a live lease. Returns false for a running row whose lease expired (the
-   * request that held it died before it wrote anything): that row is released, and the caller
-   * tries again.
-   */
-  async function answerExisting(ctx: Context, id: IdempotencyKeyId, existing: ExistingIdempotencyKey): Promise<boolean> {
-    if (!existing.sameRequest) throw problems.idempotencyKeyReused();
-    if (existing.status === 'completed') {
-      writeResponse(ctx, existing.response);
-      ctx.set(IDEMPOTENT_REPLAYED_HEADER, 'true');
-      return true;
-    }
-    if (!existing.leaseExpired) throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
-    await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease: existing.lockedUntil }));
-    return false;
-  }
-
-  /**
    * The single-statement flow (see InStatementWrite). A decided refusal (from `prepare` or from the
    * statement) is stored as the key's answer in a transaction of its own, unless another request
-   * with the key got there first, in which case that request's answer is given.
+   * with the key got there first, in which case that request's answer is given. A running row whose
+   * lease expired (its request died before it wrote anything) is released, and the write tried again.
    */
   async function runInStatement(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, prepare: () => Promise<InStatementWrite>) {
+    const claim = (response: StoredResponse): IdempotencyClaim => ({
+      ...id,
+      requestMethod: request.method,
+      requestPath: request.path,
+      requestHash: request.hash,
+      ttlMs: options.ttlMs,
+      response,
+    });
     let write: InStatementWrite | undefined;
     for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
       let outcome: ClaimOutcome;
@@ -340,46 +350,32 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       try {
         write ??= await prepare();
         stored = fromIdempotentResponse(write.response);
-        outcome = await write.execute({
-          ...id,
-          requestMethod: request.method,
-          requestPath: request.path,
-          requestHash: request.hash,
-          ttlMs: options.ttlMs,
-          response: stored,
-        });
+        outcome = await write.execute(claim(stored));
       } catch (error) {
         const problem = decidedProblem(error);
         if (!problem) throw error;
         sendProblem(ctx, problem);
         const refusal = captureResponse(ctx, problem.headers);
-        const existing = await withTenant(sql, id.companyId, async (tx) => {
-          const claim = { ...id, requestMethod: request.method, requestPath: request.path, requestHash: request.hash };
-          if (await insertCompletedIdempotencyKey(tx, { ...claim, ttlMs: options.ttlMs, response: refusal })) return undefined;
-          return findIdempotencyKey(tx, id);
-        });
+        const existing = await withTenant(sql, id.companyId, async (tx) =>
+          (await insertCompletedIdempotencyKey(tx, claim(refusal))) ? undefined : findIdempotencyKey(tx, id),
+        );
         if (!existing) {
           writeResponse(ctx, refusal);
           return;
         }
-        outcome = {
-          kind: 'existing',
-          existing:
-            existing.status === 'completed'
-              ? { status: 'completed', sameRequest: existing.requestHash.equals(request.hash), response: existing.response }
-              : {
-                  status: 'running',
-                  sameRequest: existing.requestHash.equals(request.hash),
-                  lockedUntil: existing.lockedUntil,
-                  leaseExpired: existing.leaseExpired,
-                },
-        };
+        outcome = { kind: 'existing', existing: { ...existing, sameRequest: existing.requestHash.equals(request.hash) } };
       }
       if (outcome.kind === 'created') {
         writeResponse(ctx, stored!);
         return;
       }
-      if (outcome.kind === 'existing' && (await answerExisting(ctx, id, outcome.existing))) return;
+      if (outcome.kind === 'retry') continue;
+      const answer = answerFor(outcome.existing, outcome.existing.sameRequest);
+      if (answer.kind === 'replay') {
+        writeReplay(ctx, answer.response);
+        return;
+      }
+      await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease: answer.lease }));
     }
     throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
   }
