@@ -6,11 +6,6 @@ export type TransactionSql = postgres.TransactionSql;
 export interface DatabaseOptions {
   url: string;
   poolMax: number;
-  /**
-   * Queries postgres.js may send ahead on a busy connection (default DEFAULT_MAX_PIPELINE). Above
-   * that, queries wait in one FIFO queue for the next free connection.
-   */
-  maxPipeline?: number;
   connectTimeoutS: number;
   idleTimeoutS: number;
   statementTimeoutMs: number;
@@ -25,17 +20,19 @@ export interface DatabaseOptions {
 export const APP_ROLE = 'payments_app';
 
 /**
- * postgres.js's own default (100) queues queries behind whichever connection is busy, so one slow
- * commit holds up a whole pipeline (at concurrency 32 it doubled the benchmark's p99).
+ * Queries postgres.js may send ahead on a busy connection; above that, queries wait in one FIFO
+ * queue for the next free connection. postgres.js's own default (100) queues queries behind
+ * whichever connection is busy, so one slow commit holds up a whole pipeline (at concurrency 32 it
+ * doubled the benchmark's p99).
  */
-export const DEFAULT_MAX_PIPELINE = 1;
+const DEFAULT_MAX_PIPELINE = 1;
 
 /** A postgres.js pool with every limit spelled out rather than left to defaults. */
 export function createSql(options: DatabaseOptions): Sql {
   return postgres(options.url, {
     max: options.poolMax,
     // postgres.js reads max_pipeline but its types omit it.
-    ...({ max_pipeline: options.maxPipeline ?? DEFAULT_MAX_PIPELINE } as object),
+    ...({ max_pipeline: DEFAULT_MAX_PIPELINE } as object),
     connect_timeout: options.connectTimeoutS,
     idle_timeout: options.idleTimeoutS,
     max_lifetime: 60 * 30,
@@ -58,7 +55,6 @@ export function createSql(options: DatabaseOptions): Sql {
 export function databaseOptionsFromConfig(
   config: {
     DATABASE_POOL_MAX: number;
-    DATABASE_MAX_PIPELINE: number;
     DATABASE_CONNECT_TIMEOUT_S: number;
     DATABASE_IDLE_TIMEOUT_S: number;
     DATABASE_STATEMENT_TIMEOUT_MS: number;
@@ -71,7 +67,6 @@ export function databaseOptionsFromConfig(
     url,
     ...(role ? { role } : {}),
     poolMax: config.DATABASE_POOL_MAX,
-    maxPipeline: config.DATABASE_MAX_PIPELINE,
     connectTimeoutS: config.DATABASE_CONNECT_TIMEOUT_S,
     idleTimeoutS: config.DATABASE_IDLE_TIMEOUT_S,
     statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS,

@@ -1,7 +1,6 @@
 // The one place that reads process.env. Every process parses its configuration once, at start.
 import { resolve } from 'node:path';
 import { z } from 'zod';
-import { DEFAULT_MAX_PIPELINE } from '../db/client.ts';
 
 const ZPort = z.coerce.number().int().min(0).max(65_535);
 const ZPositiveInt = z.coerce.number().int().positive();
@@ -14,7 +13,6 @@ export const ZConfig = z.object({
   DATA_DIR: z.string().min(1).default('.data'),
   DATABASE_URL: z.url().optional(),
   DATABASE_POOL_MAX: ZPositiveInt.max(200).default(10),
-  DATABASE_MAX_PIPELINE: ZPositiveInt.max(1000).default(DEFAULT_MAX_PIPELINE),
   DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
   DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),
   DATABASE_STATEMENT_TIMEOUT_MS: ZPositiveInt.max(600_000).default(10_000),
