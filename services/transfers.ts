@@ -1,4 +1,4 @@
-import type { Sql, TransactionSql } from '../db/client.ts';
+import type { Sql } from '../db/client.ts';
 import type { ClaimOutcome, IdempotencyClaim } from '../db/idempotency.ts';
 import {
   findLedgerAccount,
@@ -70,43 +70,13 @@ function refusalOf(error: unknown, request: LedgerTransferRequest): DomainError 
 }
 
 /**
- * Shape B: moves money between two of the caller's ledger accounts and settles it in the same
- * transaction. The database refuses an overdraft or an unbalanced entry whatever this code does;
- * this code turns those refusals (and bad references) into clear, stable errors. `inTransaction`
- * runs in the same transaction after the transfer is written (the idempotency record goes there).
+ * Runs one write of a transfer, again (up to ATTEMPTS_MAX in all) after a serialization failure or
+ * a deadlock; the database's refusals come out as stable errors.
  */
-export async function createLedgerTransfer(
-  sql: Sql,
-  scope: { companyId: string; environment: Environment },
-  request: LedgerTransferRequest,
-  idempotencyKey: string,
-  inTransaction: (tx: TransactionSql, transfer: LedgerTransfer) => Promise<void> = async () => undefined,
-): Promise<LedgerTransfer> {
-  checkRequest(request);
+async function withRetries<T>(request: LedgerTransferRequest, write: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await withTenant(sql, scope.companyId, async (tx) => {
-        const [source, destination] = await Promise.all([
-          findLedgerAccount(tx, scope, request.source),
-          findLedgerAccount(tx, scope, request.destination),
-        ]);
-        if (!source || source.type === 'system') throw accountNotFound('source', request.source);
-        if (!destination || destination.type === 'system') throw accountNotFound('destination', request.destination);
-        if (source.currency !== request.currency || destination.currency !== request.currency) {
-          throw currencyMismatch(request.currency, source.currency, destination.currency);
-        }
-        const transfer = await postLedgerTransfer(tx, {
-          id: newId('tr'),
-          ...scope,
-          idempotencyKey,
-          amount: request.amount,
-          currency: request.currency,
-          sourceAccountId: source.id,
-          destinationAccountId: destination.id,
-        });
-        await inTransaction(tx, transfer);
-        return transfer;
-      });
+      return await write();
     } catch (error) {
       const refusal = refusalOf(error, request);
       if (refusal) throw refusal;
@@ -115,6 +85,43 @@ export async function createLedgerTransfer(
       throw error;
     }
   }
+}
+
+/**
+ * Shape B in a tenant transaction of its own: moves money between two of the caller's ledger
+ * accounts and settles it in that transaction. The database refuses an overdraft or an unbalanced
+ * entry whatever this code does; this code turns those refusals (and bad references) into clear,
+ * stable errors. The API uses `prepareLedgerTransfer`; tests and benchmarks use this to make transfers.
+ */
+export async function createLedgerTransfer(
+  sql: Sql,
+  scope: { companyId: string; environment: Environment },
+  request: LedgerTransferRequest,
+  idempotencyKey: string,
+): Promise<LedgerTransfer> {
+  checkRequest(request);
+  return withRetries(request, () =>
+    withTenant(sql, scope.companyId, async (tx) => {
+      const [source, destination] = await Promise.all([
+        findLedgerAccount(tx, scope, request.source),
+        findLedgerAccount(tx, scope, request.destination),
+      ]);
+      if (!source || source.type === 'system') throw accountNotFound('source', request.source);
+      if (!destination || destination.type === 'system') throw accountNotFound('destination', request.destination);
+      if (source.currency !== request.currency || destination.currency !== request.currency) {
+        throw currencyMismatch(request.currency, source.currency, destination.currency);
+      }
+      return postLedgerTransfer(tx, {
+        id: newId('tr'),
+        ...scope,
+        idempotencyKey,
+        amount: request.amount,
+        currency: request.currency,
+        sourceAccountId: source.id,
+        destinationAccountId: destination.id,
+      });
+    }),
+  );
 }
 
 /**
@@ -152,25 +159,16 @@ export function prepareLedgerTransfer(
   };
   return {
     transfer,
-    write: async (claim) => {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await postLedgerTransferClaimingKey(sql, claim, {
-            id: transfer.id,
-            amount: transfer.amount,
-            currency: transfer.currency,
-            sourceAccountId: request.source,
-            destinationAccountId: request.destination,
-            createdAt,
-          });
-        } catch (error) {
-          const refusal = refusalOf(error, request);
-          if (refusal) throw refusal;
-          const code = (error as { code?: string }).code;
-          if (code && RETRYABLE.has(code) && attempt < ATTEMPTS_MAX) continue;
-          throw error;
-        }
-      }
-    },
+    write: (claim) =>
+      withRetries(request, () =>
+        postLedgerTransferClaimingKey(sql, claim, {
+          id: transfer.id,
+          amount: transfer.amount,
+          currency: transfer.currency,
+          sourceAccountId: request.source,
+          destinationAccountId: request.destination,
+          createdAt,
+        }),
+      ),
   };
 }
