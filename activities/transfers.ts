@@ -89,27 +89,27 @@ export function createTransferActivities(deps: TransferActivityDeps) {
   const scopeOf = (ref: TransferRef) => ({ companyId: ref.companyId, environment: ref.environment });
 
   /**
-   * Runs one status change in a tenant transaction and returns the snapshot after it. Idempotent:
-   * when the transfer is already past `from`, nothing changes and the current snapshot is returned.
-   * When it is still in `from` but the change did not apply (a concurrent writer bumped the
-   * version), a plain error makes Temporal retry with a fresh read.
+   * Runs one status change in a tenant transaction and returns the snapshot after it (the change
+   * returns the updated row). Idempotent: when the transfer is already past `from`, nothing changes
+   * and the current snapshot is returned. When it is still in `from` but the change did not apply (a
+   * concurrent writer bumped the version), a plain error makes Temporal retry with a fresh read.
    */
   async function transition(
     ref: TransferRef,
     from: readonly TransferStatus[],
-    change: (tx: TransactionSql, transfer: RailTransfer) => Promise<boolean>,
+    change: (tx: TransactionSql, transfer: RailTransfer) => Promise<RailTransfer | undefined>,
   ): Promise<TransferSnapshot> {
     return withTenant(deps.sql, ref.companyId, async (tx) => {
       const transfer = await findRailTransfer(tx, scopeOf(ref), ref.transferId);
       if (!transfer) throw notFound(ref);
       if (!from.includes(transfer.status)) return snapshotOf(transfer);
-      if (!(await change(tx, transfer))) {
+      const after = await change(tx, transfer);
+      if (!after) {
         throw new Error(
           `transfer ${ref.transferId} changed concurrently (was ${transfer.status} v${transfer.version}); retrying`,
         );
       }
-      const after = await findRailTransfer(tx, scopeOf(ref), ref.transferId);
-      return snapshotOf(after!);
+      return snapshotOf(after);
     });
   }
 

@@ -8,6 +8,66 @@ interface Scope {
   environment: Environment;
 }
 
+/** Which system account: its purpose and currency. */
+export interface SystemAccountRef {
+  purpose: SystemPurpose;
+  currency: string;
+}
+
+const refKey = (ref: SystemAccountRef) => `${ref.purpose} ${ref.currency}`;
+
+/** The IDs of those of the company's system accounts that exist, by `refKey`. One query. */
+async function findSystemAccounts(tx: TransactionSql, scope: Scope, refs: SystemAccountRef[]): Promise<Map<string, string>> {
+  const rows = await tx<{ id: string; system_purpose: SystemPurpose; currency: string }[]>`
+    select a.id, a.system_purpose, a.currency from ledger_accounts a
+    join unnest(${refs.map((ref) => ref.purpose)}::text[], ${refs.map((ref) => ref.currency)}::text[]) as wanted(purpose, currency)
+      on a.system_purpose = wanted.purpose and a.currency = wanted.currency
+    where a.company_id = ${scope.companyId} and a.environment = ${scope.environment} and a.type = 'system'`;
+  return new Map(rows.map((row) => [refKey({ purpose: row.system_purpose, currency: row.currency }), row.id]));
+}
+
+/** The company's system account for a purpose and currency, if it has been opened. */
+export async function findSystemAccount(tx: TransactionSql, scope: Scope, ref: SystemAccountRef): Promise<string | undefined> {
+  return (await findSystemAccounts(tx, scope, [ref])).get(refKey(ref));
+}
+
+/**
+ * The company's platform-side accounts for these purposes and currencies, in the order asked,
+ * each opened on first use: one query when they all exist (the usual case), and for those that do
+ * not, one insert and, should another transaction have opened one meanwhile, one re-read.
+ */
+async function systemAccounts(
+  tx: TransactionSql,
+  scope: Scope,
+  refs: SystemAccountRef[],
+  newId: () => string,
+): Promise<string[]> {
+  // Read first: the rows exist after the first use, and a plain read never waits, where
+  // INSERT ... ON CONFLICT waits for every transaction that has just updated the (hot) row.
+  const ids = await findSystemAccounts(tx, scope, refs);
+  // Each missing account once, in one order, so that concurrent first uses lock the keys alike.
+  const missing = [...new Map(refs.filter((ref) => !ids.has(refKey(ref))).map((ref) => [refKey(ref), ref])).entries()]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([, ref]) => ref);
+  if (missing.length > 0) {
+    const created = await tx<{ id: string; system_purpose: SystemPurpose; currency: string }[]>`
+      insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit, system_purpose)
+      select n.id, ${scope.companyId}, ${scope.environment}, 'system', n.currency, n.name, null, n.purpose
+      from unnest(
+        ${missing.map(() => newId())}::text[],
+        ${missing.map((ref) => ref.currency)}::text[],
+        ${missing.map((ref) => `${ref.purpose} ${ref.currency}`)}::text[],
+        ${missing.map((ref) => ref.purpose)}::text[]
+      ) as n(id, currency, name, purpose)
+      on conflict (company_id, environment, currency, system_purpose) where type = 'system' do nothing
+      returning id, system_purpose, currency`;
+    for (const row of created) ids.set(refKey({ purpose: row.system_purpose, currency: row.currency }), row.id);
+    const raced = missing.filter((ref) => !ids.has(refKey(ref)));
+    if (raced.length > 0) for (const [key, id] of await findSystemAccounts(tx, scope, raced)) ids.set(key, id);
+  }
+  return refs.map((ref) => ids.get(refKey(ref))!);
+}
+
 /** The company's platform-side account for a purpose and currency, opened on first use. */
 export async function systemAccount(
   tx: TransactionSql,
@@ -16,24 +76,8 @@ export async function systemAccount(
   purpose: SystemPurpose,
   newId: () => string,
 ): Promise<string> {
-  // Read first: the row exists after the first use, and a plain read never waits, where
-  // INSERT ... ON CONFLICT waits for every transaction that has just updated the (hot) row.
-  const [found] = await tx<{ id: string }[]>`
-    select id from ledger_accounts
-    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency}
-      and type = 'system' and system_purpose = ${purpose}`;
-  if (found) return found.id;
-  const [created] = await tx<{ id: string }[]>`
-    insert into ledger_accounts (id, company_id, environment, type, currency, name, overdraft_limit, system_purpose)
-    values (${newId()}, ${scope.companyId}, ${scope.environment}, 'system', ${currency}, ${`${purpose} ${currency}`}, null, ${purpose})
-    on conflict (company_id, environment, currency, system_purpose) where type = 'system' do nothing
-    returning id`;
-  if (created) return created.id;
-  const [existing] = await tx<{ id: string }[]>`
-    select id from ledger_accounts
-    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency}
-      and type = 'system' and system_purpose = ${purpose}`;
-  return existing!.id;
+  const [id] = await systemAccounts(tx, scope, [{ purpose, currency }], newId);
+  return id!;
 }
 
 export interface ExternalAccount {
@@ -240,24 +284,27 @@ export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTr
   return toRailTransfer(row!);
 }
 
-/** Moves the status forward under the database's transition guard; false when it was not `from`. */
+/**
+ * Moves the status forward under the database's transition guard. Returns the transfer as it now
+ * is, or undefined when it was not in `from` at `transfer.version` (nothing changed).
+ */
 async function advance(
   tx: TransactionSql,
   transfer: RailTransfer,
   from: TransferStatus[],
   to: TransferStatus,
   fields: { railReference?: string; failureReason?: string } = {},
-): Promise<boolean> {
-  const rows = await tx`
+): Promise<RailTransfer | undefined> {
+  const [row] = await tx<RailTransferRow[]>`
     update transfers
     set status = ${to}, version = version + 1, updated_at = now(),
         rail_reference = coalesce(${fields.railReference ?? null}, rail_reference),
         failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason)
     where id = ${transfer.id} and status = any(${from}) and version = ${transfer.version}
-    returning id`;
-  if (rows.length === 0) return false;
+    returning ${tx.unsafe(RAIL_COLUMNS)}`;
+  if (!row) return undefined;
   await recordStatus(tx, transfer, to, fields.failureReason ?? null);
-  return true;
+  return toRailTransfer(row);
 }
 
 async function holdOf(tx: TransactionSql, transferId: string): Promise<{ id: string; status: string; clearingAccountId: string }> {
@@ -268,23 +315,48 @@ async function holdOf(tx: TransactionSql, transferId: string): Promise<{ id: str
   return { id: row!.id, status: row!.status, clearingAccountId: row!.clearing_account_id };
 }
 
+// Each step below returns the transfer after it, or undefined when it was not in the step's `from`
+// status at `transfer.version` (then nothing was written).
+
 /** Submitted to the rail: `pending` → `processing`. Idempotent. */
-export async function markRailTransferProcessing(tx: TransactionSql, transfer: RailTransfer, railReference: string): Promise<boolean> {
+export async function markRailTransferProcessing(
+  tx: TransactionSql,
+  transfer: RailTransfer,
+  railReference: string,
+): Promise<RailTransfer | undefined> {
   return advance(tx, transfer, ['pending'], 'processing', { railReference });
+}
+
+/** The platform accounts a settlement posts through (and its return reverses), in one round trip. */
+async function settlementAccounts(tx: TransactionSql, transfer: RailTransfer, newSystemId: () => string) {
+  const [fees, fxIn, fxOut, payouts] = await systemAccounts(
+    tx,
+    transfer,
+    [
+      { purpose: 'fees', currency: transfer.currency },
+      { purpose: 'fx', currency: transfer.currency },
+      { purpose: 'fx', currency: transfer.outCurrency },
+      { purpose: 'ach_payouts', currency: transfer.outCurrency },
+    ],
+    newSystemId,
+  );
+  return { fees: fees!, fxIn: fxIn!, fxOut: fxOut!, payouts: payouts! };
 }
 
 /**
  * The rail paid out: the hold is released and posted. USDC leaves the wallet into fees and FX; in
  * USD the FX account pays the ACH payouts account. Each currency balances. Idempotent.
  */
-export async function settleRailTransfer(tx: TransactionSql, transfer: RailTransfer, newSystemId: () => string): Promise<boolean> {
-  if (!(await advance(tx, transfer, ['processing'], 'settled'))) return false;
+export async function settleRailTransfer(
+  tx: TransactionSql,
+  transfer: RailTransfer,
+  newSystemId: () => string,
+): Promise<RailTransfer | undefined> {
+  const settled = await advance(tx, transfer, ['processing'], 'settled');
+  if (!settled) return undefined;
   const hold = await holdOf(tx, transfer.id);
   await tx`update ledger_holds set status = 'posted', resolved_at = now() where id = ${hold.id}`;
-  const fees = await systemAccount(tx, transfer, transfer.currency, 'fees', newSystemId);
-  const fxIn = await systemAccount(tx, transfer, transfer.currency, 'fx', newSystemId);
-  const fxOut = await systemAccount(tx, transfer, transfer.outCurrency, 'fx', newSystemId);
-  const payouts = await systemAccount(tx, transfer, transfer.outCurrency, 'ach_payouts', newSystemId);
+  const { fees, fxIn, fxOut, payouts } = await settlementAccounts(tx, transfer, newSystemId);
   const lines: EntryLine[] = [
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
     { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
@@ -295,31 +367,35 @@ export async function settleRailTransfer(tx: TransactionSql, transfer: RailTrans
   ];
   if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: transfer.feeAmount, kind: 'posted' });
   await insertEntries(tx, transfer, transfer.id, lines);
-  return true;
+  return settled;
 }
 
 /** The rail refused or never confirmed: the hold is voided, the money is available again. Idempotent. */
-export async function failRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string): Promise<boolean> {
-  if (!(await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason }))) return false;
+export async function failRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string): Promise<RailTransfer | undefined> {
+  const failed = await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason });
+  if (!failed) return undefined;
   const hold = await holdOf(tx, transfer.id);
   await tx`update ledger_holds set status = 'voided', resolved_at = now() where id = ${hold.id}`;
   await insertEntries(tx, transfer, transfer.id, [
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
     { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
   ]);
-  return true;
+  return failed;
 }
 
 /**
  * The bank returned a settled payout: every posted entry of the settlement is reversed, the fee
  * included, so the wallet gets its full amount back. Idempotent.
  */
-export async function returnRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string, newSystemId: () => string): Promise<boolean> {
-  if (!(await advance(tx, transfer, ['settled'], 'returned', { failureReason: reason }))) return false;
-  const fees = await systemAccount(tx, transfer, transfer.currency, 'fees', newSystemId);
-  const fxIn = await systemAccount(tx, transfer, transfer.currency, 'fx', newSystemId);
-  const fxOut = await systemAccount(tx, transfer, transfer.outCurrency, 'fx', newSystemId);
-  const payouts = await systemAccount(tx, transfer, transfer.outCurrency, 'ach_payouts', newSystemId);
+export async function returnRailTransfer(
+  tx: TransactionSql,
+  transfer: RailTransfer,
+  reason: string,
+  newSystemId: () => string,
+): Promise<RailTransfer | undefined> {
+  const returned = await advance(tx, transfer, ['settled'], 'returned', { failureReason: reason });
+  if (!returned) return undefined;
+  const { fees, fxIn, fxOut, payouts } = await settlementAccounts(tx, transfer, newSystemId);
   const lines: EntryLine[] = [
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'posted' },
     { accountId: fxIn, currency: transfer.currency, amount: -(transfer.amount - transfer.feeAmount), kind: 'posted' },
@@ -328,5 +404,5 @@ export async function returnRailTransfer(tx: TransactionSql, transfer: RailTrans
   ];
   if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: -transfer.feeAmount, kind: 'posted' });
   await insertEntries(tx, transfer, transfer.id, lines);
-  return true;
+  return returned;
 }
