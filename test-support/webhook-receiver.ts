@@ -15,13 +15,11 @@ export type Responder = (request: ReceivedWebhook, index: number) => ReceiverAns
 export interface WebhookReceiver {
   url: string;
   received: ReceivedWebhook[];
-  respond(responder: Responder): void;
   close(): Promise<void>;
 }
 
 /** A real HTTP server on 127.0.0.1 that records every request and answers as told (default 200). */
 export async function startWebhookReceiver(responder: Responder = () => ({ status: 200, body: 'ok' })): Promise<WebhookReceiver> {
-  let current = responder;
   const received: ReceivedWebhook[] = [];
   const hanging = new Set<ServerResponse>();
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
@@ -35,7 +33,7 @@ export async function startWebhookReceiver(responder: Responder = () => ({ statu
         receivedAt: Date.now(),
       };
       received.push(entry);
-      const answer = current(entry, received.length - 1);
+      const answer = responder(entry, received.length - 1);
       if (answer === 'hang') {
         hanging.add(response);
         return;
@@ -49,9 +47,6 @@ export async function startWebhookReceiver(responder: Responder = () => ({ statu
   return {
     url: `http://127.0.0.1:${port}/hooks`,
     received,
-    respond(next) {
-      current = next;
-    },
     async close() {
       for (const response of hanging) response.destroy();
       server.closeAllConnections();
