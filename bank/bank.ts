@@ -7,7 +7,7 @@
 // `workers/main.ts` as child processes. Everything started here is stopped here, even on failure.
 import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, copyFile, mkdir } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
@@ -18,7 +18,7 @@ import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
 import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
-import { loadWorkflowBundle, workflowSourceHash } from '../workers/bundle.ts';
+import { loadWorkflowBundle, seedWorkflowBundleCache } from '../workers/bundle.ts';
 import { descendants, processAlive } from '../platform/processes.ts';
 import { freePort } from '../test-support/ports.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
@@ -366,13 +366,8 @@ async function setUpTenant(sql: Sql, seed: number): Promise<Tenant> {
 async function prepareBundle(dataDir: string): Promise<void> {
   const cacheDir = join(dataDir, 'cache');
   const fromRunner = process.env.TEST_WORKFLOW_BUNDLE_PATH;
-  if (fromRunner && existsSync(fromRunner)) {
-    const target = join(cacheDir, `workflow-bundle-${await workflowSourceHash()}.js`);
-    await mkdir(cacheDir, { recursive: true });
-    await copyFile(fromRunner, target);
-    if (existsSync(target)) return;
-  }
-  await loadWorkflowBundle(cacheDir);
+  if (fromRunner && existsSync(fromRunner)) await seedWorkflowBundleCache(cacheDir, fromRunner);
+  else await loadWorkflowBundle(cacheDir);
 }
 
 export async function runBankTest(options: BankOptions): Promise<BankReport> {

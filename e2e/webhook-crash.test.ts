@@ -6,7 +6,7 @@
 // (event, endpoint), all succeeded, the dead workers' attempts closed as lost, no workflow running.
 import assert from 'node:assert/strict';
 import { fork, type ChildProcess } from 'node:child_process';
-import { chmod, copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,7 +26,7 @@ import { testEnv } from '../test-support/env.ts';
 import { freePort } from '../test-support/ports.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { startWebhookReceiver, type ReceivedWebhook, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
-import { workflowSourceHash } from '../workers/bundle.ts';
+import { seedWorkflowBundleCache } from '../workers/bundle.ts';
 import { webhookDeliveryWorkflowId } from '../workflows/shared/webhooks.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -107,9 +107,7 @@ class WorkerProcess {
 
 /** The test runner's workflow bundle, in the worker's cache folder, so the worker does not run webpack. */
 async function prepareBundle(dataDir: string): Promise<void> {
-  const cacheDir = join(dataDir, 'cache');
-  await mkdir(cacheDir, { recursive: true });
-  await copyFile(testEnv().TEST_WORKFLOW_BUNDLE_PATH, join(cacheDir, `workflow-bundle-${await workflowSourceHash()}.js`));
+  await seedWorkflowBundleCache(join(dataDir, 'cache'), testEnv().TEST_WORKFLOW_BUNDLE_PATH);
 }
 
 interface Endpoint {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
@@ -26,12 +26,29 @@ export async function workflowSourceHash(): Promise<string> {
   return hash.digest('hex').slice(0, 16);
 }
 
+/** Where loadWorkflowBundle keeps the bundle of the current sources in `cacheDir`. */
+async function cachedBundlePath(cacheDir: string): Promise<string> {
+  return join(cacheDir, `workflow-bundle-${await workflowSourceHash()}.js`);
+}
+
+/**
+ * Puts a bundle already built from the current sources (the test runner's) in `cacheDir` under the
+ * name loadWorkflowBundle looks for, so that a worker using that cache does not run webpack.
+ */
+export async function seedWorkflowBundleCache(cacheDir: string, from: string): Promise<void> {
+  const path = await cachedBundlePath(cacheDir);
+  await mkdir(cacheDir, { recursive: true });
+  const temporary = `${path}.${process.pid}.tmp`;
+  await copyFile(from, temporary);
+  await rename(temporary, path);
+}
+
 /**
  * The workflow bundle, built once: webpack runs only when the workflow sources changed since the
  * cached bundle in `cacheDir` was written. Workers and tests load the same code this way.
  */
 export async function loadWorkflowBundle(cacheDir: string): Promise<{ code: string; path: string }> {
-  const path = join(cacheDir, `workflow-bundle-${await workflowSourceHash()}.js`);
+  const path = await cachedBundlePath(cacheDir);
   const cached = await readFile(path, 'utf8').catch(() => undefined);
   if (cached !== undefined) return { code: cached, path };
   const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_ENTRY, logger: new DefaultLogger('WARN') });
