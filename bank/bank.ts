@@ -5,7 +5,6 @@
 //
 // Everything runs for real: embedded PostgreSQL, the Temporal dev server, `api/main.ts` and
 // `workers/main.ts` as child processes. Everything started here is stopped here, even on failure.
-import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -19,12 +18,13 @@ import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle, seedWorkflowBundleCache } from '../workers/bundle.ts';
-import { descendants, processAlive } from '../platform/processes.ts';
+import { descendants, killAndTrack, processAlive } from '../platform/processes.ts';
+import { startService, type ServiceProcess } from '../platform/services.ts';
 import { freePort } from '../test-support/ports.ts';
+import { waitFor } from '../test-support/wait.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const TSX = import.meta.resolve('tsx');
 
 export interface BankOptions {
   seed: number;
@@ -75,17 +75,9 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 // ---------------------------------------------------------------------------------------------
 // Processes
 
-function exitedPromise(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-}
-
 /** `api/main.ts` or `workers/main.ts`, forked with IPC; SIGKILLed and restarted by the chaos loop. */
 class Service {
-  child: ChildProcess | undefined;
-  private output: string[] = [];
+  private process: ServiceProcess<unknown> | undefined;
   starts = 0;
   /** Every process this service ever ran, with its descendants as of each kill. */
   readonly tracked = new Set<number>();
@@ -98,61 +90,39 @@ class Service {
   ) {}
 
   get running(): boolean {
-    return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
+    const child = this.process?.child;
+    return !!child && child.exitCode === null && child.signalCode === null;
   }
 
   tail(): string {
-    return this.output.slice(-30).join('\n');
+    return this.process?.tail() ?? '';
   }
 
   async start(timeoutMs = 120_000): Promise<void> {
     this.starts++;
-    const child = fork(join(root, this.script), [], {
+    this.process = startService({
+      name: this.name,
+      script: join(root, this.script),
       cwd: root,
       env: this.env,
-      execArgv: ['--import', TSX],
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      detached: false,
+      readyTimeoutMs: timeoutMs,
+      captureOutput: true,
     });
-    this.child = child;
-    const keep = (chunk: Buffer) => {
-      for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) this.output.push(line);
-      if (this.output.length > 200) this.output.splice(0, this.output.length - 100);
-    };
-    child.stdout?.on('data', keep);
-    child.stderr?.on('data', keep);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`${this.name} not ready within ${timeoutMs} ms:\n${this.tail()}`)),
-        timeoutMs,
-      );
-      child.on('message', (message) => {
-        if ((message as { type?: string }).type === 'ready') {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      child.once('exit', (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`${this.name} exited before ready (code ${code}, signal ${signal}):\n${this.tail()}`));
-      });
+    await this.process.ready;
+    const outcome = await waitFor(
+      `${this.name} to pass its readiness check`,
+      async () => (!this.running ? 'exited' : (await this.readyCheck().catch(() => false)) && 'ready'),
+      timeoutMs,
+    ).catch((error: unknown) => {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}:\n${this.tail()}`);
     });
-    const deadline = Date.now() + timeoutMs;
-    while (!(await this.readyCheck().catch(() => false))) {
-      if (Date.now() > deadline) throw new Error(`${this.name} never passed its readiness check:\n${this.tail()}`);
-      if (!this.running) throw new Error(`${this.name} exited during its readiness check:\n${this.tail()}`);
-      await sleep(100);
-    }
+    if (outcome === 'exited') throw new Error(`${this.name} exited during its readiness check:\n${this.tail()}`);
   }
 
   async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || !this.running) return;
     // Whatever it started must die with it (checked at the end of the run).
-    for (const process_ of descendants(child.pid!)) this.tracked.add(process_.pid);
-    this.tracked.add(child.pid!);
-    const exited = exitedPromise(child);
-    child.kill('SIGKILL');
-    await exited;
+    if (this.process) for (const pid of await killAndTrack(this.process, { group: false })) this.tracked.add(pid);
   }
 }
 
@@ -403,7 +373,6 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
     await mkdir(options.dataDir, { recursive: true });
     await chmod(options.dataDir, 0o755); // embedded PostgreSQL runs as the postgres user when we are root
     const [pgPort, temporalPort, uiPort, apiPort] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
-    const temporalOutput: string[] = [];
     const [db, dev] = await Promise.all([
       startEmbeddedPostgres({
         dir: join(options.dataDir, 'postgres'),
@@ -416,7 +385,6 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
         port: temporalPort,
         uiPort,
         readyTimeoutMs: 120_000,
-        onOutput: (line) => temporalOutput.push(line),
       }),
       prepareBundle(options.dataDir),
     ]);

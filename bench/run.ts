@@ -5,7 +5,7 @@
 // hot-path function, and the CPU each process used per request in each phase. One embedded
 // PostgreSQL (durable: fsync on, as in production) and one Temporal dev server; everything started
 // here is stopped here.
-import { execFile, fork, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, totalmem, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { descendants } from '../platform/processes.ts';
+import { startService, stopService, type ServiceProcess } from '../platform/services.ts';
 import { freePort } from '../test-support/ports.ts';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
@@ -30,7 +31,6 @@ import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
-const TSX = import.meta.resolve('tsx');
 const run = promisify(execFile);
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
@@ -59,78 +59,43 @@ const startedAt = Date.now();
 // ---------------------------------------------------------------------------------------------
 // Child processes
 
-interface Child {
-  name: string;
-  process: ChildProcess;
-  output: string[];
-}
+const children: ServiceProcess<Record<string, unknown>>[] = [];
 
-const children: Child[] = [];
-
-/** Forks a TypeScript file with IPC and waits for its { type: 'ready' } message. */
+/** Forks a TypeScript file (output kept for errors), and waits for its { type: 'ready' } message. */
 async function forkReady(
   name: string,
   script: string,
   env: NodeJS.ProcessEnv,
   timeoutMs = 180_000,
   execArgv: string[] = [],
-): Promise<{ child: Child; ready: Record<string, unknown> }> {
-  const process_ = fork(join(root, script), [], {
+): Promise<{ child: ServiceProcess<Record<string, unknown>>; ready: Record<string, unknown> }> {
+  const child = startService<Record<string, unknown>>({
+    name,
+    script: join(root, script),
     cwd: root,
     env,
-    execArgv: ['--import', TSX, ...execArgv],
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    execArgv,
+    detached: false,
+    readyTimeoutMs: timeoutMs,
+    captureOutput: true,
   });
-  const child: Child = { name, process: process_, output: [] };
   children.push(child);
-  const keep = (chunk: Buffer) => {
-    for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) child.output.push(line);
-    if (child.output.length > 200) child.output.splice(0, child.output.length - 100);
-  };
-  process_.stdout?.on('data', keep);
-  process_.stderr?.on('data', keep);
-  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`${name} not ready in ${timeoutMs} ms:\n${tail(child)}`)),
-      timeoutMs,
-    );
-    process_.on('message', (message: Record<string, unknown>) => {
-      if (message.type === 'ready') {
-        clearTimeout(timer);
-        resolve(message);
-      }
-    });
-    process_.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited before ready (${code ?? signal}):\n${tail(child)}`));
-    });
-  });
-  return { child, ready };
+  return { child, ready: await child.ready };
 }
 
-const tail = (child: Child) => child.output.slice(-30).join('\n');
-
-async function stopChild(child: Child): Promise<void> {
-  const process_ = child.process;
-  if (process_.exitCode !== null || process_.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => process_.once('exit', () => resolve()));
-  process_.kill('SIGTERM');
-  const timer = setTimeout(() => process_.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
+const stopChild = (child: ServiceProcess<unknown>) => stopService(child, { signal: 'SIGTERM', timeoutMs: 10_000 });
 
 /** Runs one load plan in a fresh generator process (its own event loop). */
 async function load(plan: LoadPlan): Promise<LoadResult> {
   const { child } = await forkReady(`load-${plan.mode}`, 'bench/load.ts', { ...process.env }, 60_000);
   try {
     return await new Promise<LoadResult>((resolve, reject) => {
-      child.process.on('message', (message: { type: string; result?: LoadResult; error?: string }) => {
+      child.child.on('message', (message: { type: string; result?: LoadResult; error?: string }) => {
         if (message.type === 'result' && message.result) resolve(message.result);
         if (message.type === 'error') reject(new Error(`load generator: ${message.error}`));
       });
-      child.process.once('exit', (code) => reject(new Error(`load generator exited (${code}):\n${tail(child)}`)));
-      child.process.send(plan);
+      void child.exited.then(({ code }) => reject(new Error(`load generator exited (${code}):\n${child.tail()}`)));
+      child.child.send(plan);
     });
   } finally {
     await stopChild(child);
@@ -177,7 +142,7 @@ async function refreshBackendLabels(sql: Sql): Promise<void> {
 }
 
 function groupOf(pid: number, command: string): string {
-  const child = children.find((candidate) => candidate.process.pid === pid);
+  const child = children.find((candidate) => candidate.child.pid === pid);
   if (child) return child.name.startsWith('load-') ? 'load generator' : child.name;
   if (command.startsWith('postgres')) return `postgres (${backendLabels.get(pid) ?? 'other'})`;
   return command;

@@ -5,7 +5,6 @@
 // first event's commit until the receivers have every one. Beside it, on the same Temporal server,
 // the bare ceiling: K trivial workflows (one local activity each) started at once and awaited.
 // Writes bench/webhooks-results.md; everything started here is stopped here.
-import { fork, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -14,6 +13,7 @@ import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
+import { startService, stopService, type ServiceProcess } from '../platform/services.ts';
 import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
 import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -28,7 +28,6 @@ import { BENCH_TASK_QUEUE, summarize, type LatencySummary } from './types.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
-const TSX = import.meta.resolve('tsx');
 
 /** Scenarios: K events, spread over this many endpoints (one company each, so each event goes to one endpoint). */
 const SCENARIOS = (process.env.BENCH_WEBHOOK_SCENARIOS ?? '500x1,500x10,2000x1,2000x10').split(',').map((spec) => {
@@ -51,48 +50,17 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 // ---------------------------------------------------------------------------------------------
 // Child processes
 
-interface Child {
-  name: string;
-  process: ChildProcess;
-  output: string[];
-}
+const children: ServiceProcess<unknown>[] = [];
 
-const children: Child[] = [];
-
-async function forkReady(name: string, script: string, env: NodeJS.ProcessEnv, timeoutMs = 180_000): Promise<Child> {
-  const process_ = fork(join(root, script), [], { cwd: root, env, execArgv: ['--import', TSX], stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
-  const child: Child = { name, process: process_, output: [] };
+/** Forks a TypeScript file (output kept for errors), and waits for its { type: 'ready' } message. */
+async function forkReady(name: string, script: string, env: NodeJS.ProcessEnv, timeoutMs = 180_000): Promise<ServiceProcess<unknown>> {
+  const child = startService({ name, script: join(root, script), cwd: root, env, detached: false, readyTimeoutMs: timeoutMs, captureOutput: true });
   children.push(child);
-  const keep = (chunk: Buffer) => {
-    for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) child.output.push(line);
-    if (child.output.length > 200) child.output.splice(0, 100);
-  };
-  process_.stdout?.on('data', keep);
-  process_.stderr?.on('data', keep);
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} not ready in ${timeoutMs} ms:\n${child.output.join('\n')}`)), timeoutMs);
-    process_.on('message', (message: { type?: string }) => {
-      if (message.type !== 'ready') return;
-      clearTimeout(timer);
-      resolve();
-    });
-    process_.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited before ready (${code ?? signal}):\n${child.output.join('\n')}`));
-    });
-  });
+  await child.ready;
   return child;
 }
 
-async function stopChild(child: Child): Promise<void> {
-  const process_ = child.process;
-  if (process_.exitCode !== null || process_.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => process_.once('exit', () => resolve()));
-  process_.kill('SIGTERM');
-  const timer = setTimeout(() => process_.kill('SIGKILL'), 15_000);
-  await exited;
-  clearTimeout(timer);
-}
+const stopChild = (child: ServiceProcess<unknown>) => stopService(child, { signal: 'SIGTERM', timeoutMs: 15_000 });
 
 // ---------------------------------------------------------------------------------------------
 // Measures
@@ -441,7 +409,7 @@ try {
 } catch (error) {
   exitCode = 1;
   console.error(error);
-  for (const child of children) console.error(`--- ${child.name}\n${child.output.slice(-30).join('\n')}`);
+  for (const child of children) console.error(`--- ${child.name}\n${child.tail()}`);
 } finally {
   for (const child of children) await stopChild(child).catch(() => undefined);
   await connection?.close().catch(() => undefined);

@@ -5,7 +5,6 @@
 // (every request verifies, and its webhook-id and body id are the event's ID), one delivery row per
 // (event, endpoint), all succeeded, the dead workers' attempts closed as lost, no workflow running.
 import assert from 'node:assert/strict';
-import { fork, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -13,15 +12,16 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import { Webhook } from 'standardwebhooks';
-import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
-import { descendants, processAlive } from '../platform/processes.ts';
+import type { Sql } from '../db/client.ts';
+import { descendants, killAndTrack, processAlive } from '../platform/processes.ts';
+import { startService, type ServiceProcess } from '../platform/services.ts';
 import type { DevServerHandle } from '../platform/temporal-dev-server.ts';
 import { startScratchDevServer } from '../test-support/dev-server.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { createLedgerTransfer } from '../services/transfers.ts';
 import { createWebhookEndpoint } from '../services/webhook-endpoints.ts';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { testEnv } from '../test-support/env.ts';
 import { freePort } from '../test-support/ports.ts';
 import { waitFor } from '../test-support/wait.ts';
@@ -30,7 +30,6 @@ import { seedWorkflowBundleCache } from '../workers/bundle.ts';
 import { webhookDeliveryWorkflowId } from '../workflows/shared/webhooks.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const TSX = import.meta.resolve('tsx');
 
 /** Transfers (each writes at least one event) per phase: made while the worker is dead, then two in-flight rounds. */
 const BATCH = { whileDead: 8, firstInFlight: 10, secondInFlight: 10 };
@@ -44,63 +43,36 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 /** `workers/main.ts` in its own process group, so a kill takes tsx's helpers with it. */
 class WorkerProcess {
-  private child: ChildProcess | undefined;
-  private readonly output: string[] = [];
+  private process: ServiceProcess<unknown> | undefined;
   readonly pids = new Set<number>();
   kills = 0;
 
   constructor(private readonly env: NodeJS.ProcessEnv) {}
 
-  get running(): boolean {
-    return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
-  }
-
   tail(): string {
-    return this.output.slice(-40).join('\n');
+    return this.process?.tail(40) ?? '';
   }
 
   async start(): Promise<void> {
-    const child = fork(join(root, 'workers/main.ts'), [], {
+    this.process = startService({
+      name: 'worker',
+      script: join(root, 'workers/main.ts'),
       cwd: root,
       env: this.env,
-      execArgv: ['--import', TSX],
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       detached: true,
+      readyTimeoutMs: WORKER_READY_TIMEOUT_MS,
+      captureOutput: true,
     });
-    this.child = child;
-    this.pids.add(child.pid!);
-    const keep = (chunk: Buffer) => {
-      for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) this.output.push(line);
-      if (this.output.length > 400) this.output.splice(0, 200);
-    };
-    child.stdout?.on('data', keep);
-    child.stderr?.on('data', keep);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`worker not ready within ${WORKER_READY_TIMEOUT_MS} ms:\n${this.tail()}`)), WORKER_READY_TIMEOUT_MS);
-      child.on('message', (message: { type?: string }) => {
-        if (message.type !== 'ready') return;
-        clearTimeout(timer);
-        resolve();
-      });
-      child.once('exit', (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`worker exited before ready (code ${code}, signal ${signal}):\n${this.tail()}`));
-      });
-    });
+    if (this.process.child.pid) this.pids.add(this.process.child.pid);
+    await this.process.ready;
   }
 
   /** SIGKILL to the whole process group; resolves once the worker itself is gone. */
   async kill(): Promise<void> {
-    const child = this.child;
-    if (!child?.pid || !this.running) return;
-    for (const process_ of descendants(child.pid)) this.pids.add(process_.pid);
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    try {
-      process.kill(-child.pid, 'SIGKILL');
-    } catch {
-      child.kill('SIGKILL');
-    }
-    await exited;
+    if (!this.process) return;
+    const pids = await killAndTrack(this.process, { group: true });
+    if (pids.length === 0) return;
+    for (const pid of pids) this.pids.add(pid);
     this.kills += 1;
   }
 }
@@ -132,7 +104,6 @@ describe('webhooks survive a worker killed mid-delivery (real worker process, Te
     dataDir = await mkdtemp(join(tmpdir(), 'payments-webhook-crash-'));
     await chmod(dataDir, 0o755);
     const [temporalPort, uiPort] = await Promise.all([freePort(), freePort()]);
-    const temporalOutput: string[] = [];
     [database, temporal] = await Promise.all([
       createTestDatabase(),
       startScratchDevServer({
@@ -140,19 +111,10 @@ describe('webhooks survive a worker killed mid-delivery (real worker process, Te
         port: temporalPort,
         uiPort,
         readyTimeoutMs: 60_000,
-        onOutput: (line) => temporalOutput.push(line),
       }),
       prepareBundle(dataDir),
     ]);
-    appSql = createSql({
-      url: database.url,
-      poolMax: 4,
-      connectTimeoutS: 10,
-      idleTimeoutS: 5,
-      statementTimeoutMs: 10_000,
-      applicationName: 'webhook-crash-test',
-      role: APP_ROLE,
-    });
+    appSql = createAppRoleSql(database.url, { applicationName: 'webhook-crash-test', poolMax: 4 });
     connection = await Connection.connect({ address: temporal.address });
     const env: NodeJS.ProcessEnv = { ...process.env };
     for (const name of Object.keys(env)) if (name.startsWith('TEST_')) delete env[name];

@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -33,6 +33,28 @@ export function descendants(pid: number): { pid: number; command: string }[] {
     }
   }
   return found;
+}
+
+/**
+ * SIGKILLs a child process, with `group` its whole process group (a child started detached leads its
+ * own), and resolves once the child has exited. Returns the pids of the child and of its descendants
+ * just before the kill, for a caller that checks later that none of them outlived it.
+ */
+export async function killAndTrack(
+  service: { child: ChildProcess; exited: Promise<unknown> },
+  options: { group: boolean },
+): Promise<number[]> {
+  const { child } = service;
+  if (!child.pid || child.exitCode !== null || child.signalCode !== null) return [];
+  const pids = [child.pid, ...descendants(child.pid).map((entry) => entry.pid)];
+  try {
+    if (options.group) process.kill(-child.pid, 'SIGKILL');
+    else child.kill('SIGKILL');
+  } catch {
+    child.kill('SIGKILL');
+  }
+  await service.exited;
+  return pids;
 }
 
 /**
