@@ -6,7 +6,7 @@
 // PostgreSQL (durable: fsync on, as in production) and one Temporal dev server; everything started
 // here is stopped here.
 import { execFile } from 'node:child_process';
-import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, totalmem, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,14 +38,16 @@ const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 10_000);
 const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 2_000);
 // Development knobs (the figures in the README come from a plain `npm run bench`):
 // BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_API_CPU_PROF=dir writes a
-// V8 CPU profile of the API process (`node --cpu-prof`) to dir when it stops. Partial and profiled runs
-// print their table but leave bench/results.* alone.
+// V8 CPU profile of the API process (`node --cpu-prof`) to dir when it stops. Partial and profiled runs,
+// and runs without pgbench, print their table but leave bench/results.* alone.
 const PHASES = new Set(
   (process.env.BENCH_PHASES ?? 'ceilings,shapeB,replay,shapeA').split(',').map((name) => name.trim()),
 );
 const API_CPU_PROF = process.env.BENCH_API_CPU_PROF;
 // BENCH_API_POOL_MAX overrides the API's DATABASE_POOL_MAX (default: the API's own default).
 const API_POOL_MAX = process.env.BENCH_API_POOL_MAX;
+// The pgbench ceilings need a pgbench (postgresql-client): the one on PATH, or PGBENCH=/path.
+const PGBENCH = process.env.PGBENCH ?? 'pgbench';
 const ACCOUNTS = 200;
 const HOT_ACCOUNTS = 10;
 const FUNDING_MINOR = 1_000_000_000_000n; // 10 billion USD each: no phase can drain one
@@ -252,7 +254,7 @@ async function pgbench(
   const file = join(dir, `${name}.sql`);
   await writeFile(file, script);
   const logDir = join(dir, `log-${name}`);
-  await run('mkdir', ['-p', logDir]);
+  await mkdir(logDir, { recursive: true });
   const args = [
     '-n',
     '-M',
@@ -276,7 +278,7 @@ async function pgbench(
     USER,
     DATABASE,
   ];
-  const { stdout, stderr } = await run(process.env.PGBENCH ?? '/usr/bin/pgbench', args, {
+  const { stdout, stderr } = await run(PGBENCH, args, {
     env: { ...process.env, PGPASSWORD: database.password, ...(role ? { PGOPTIONS: `-c role=${role}` } : {}) },
     maxBuffer: 16 * 1024 * 1024,
   });
@@ -373,6 +375,7 @@ async function main(): Promise<void> {
   let ownerSql: Sql | undefined;
   const results: Record<string, unknown> = {};
   const figures: Record<string, Figure> = {};
+  let pgbenchMissing = false;
   try {
     const [pgPort, temporalPort, uiPort, apiPort] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
     const pgDir = join(dataDir, 'postgres');
@@ -438,37 +441,49 @@ async function main(): Promise<void> {
     await sql`vacuum analyze`;
     log(`tenant ${companyId}: ${ACCOUNTS} funded accounts`);
 
-    // ---- 2. pgbench ceilings
+    // ---- 2. pgbench ceilings (skipped when there is no pgbench: the API's ratios to them stay empty)
     if (PHASES.has('ceilings')) {
-      const pgbenchSpread = await pgbench(
-        'pgbench-spread',
-        { port: pgPort, password },
-        pgbenchScript(companyId, accounts),
-        dataDir,
+      const pgbenchVersion = await run(PGBENCH, ['--version']).then(
+        ({ stdout }) => stdout.trim(),
+        () => undefined,
       );
-      figures.pgbenchSpread = { ...pgbenchSpread, name: `pgbench: the transfer statement, ${ACCOUNTS} accounts` };
-      log(`pgbench spread: ${pgbenchSpread.throughput.toFixed(0)} tps`);
-      const pgbenchHot = await pgbench(
-        'pgbench-hot',
-        { port: pgPort, password },
-        pgbenchScript(companyId, hot),
-        dataDir,
-      );
-      figures.pgbenchHot = { ...pgbenchHot, name: `pgbench: the transfer statement, ${HOT_ACCOUNTS} hot accounts` };
-      log(`pgbench hot: ${pgbenchHot.throughput.toFixed(0)} tps`);
-      const pgbenchHotPath = await pgbench(
-        'pgbench-hot-path',
-        { port: pgPort, password },
-        pgbenchHotPathScript(companyId, accounts),
-        dataDir,
-        APP_ROLE,
-      );
-      figures.pgbenchHotPath = {
-        ...pgbenchHotPath,
-        name: `pgbench: the API's hot-path function as payments_app, ${ACCOUNTS} accounts`,
-      };
-      log(`pgbench hot-path function: ${pgbenchHotPath.throughput.toFixed(0)} tps`);
-      results.pgbenchOutput = { spread: pgbenchSpread.raw, hot: pgbenchHot.raw, hotPath: pgbenchHotPath.raw };
+      if (!pgbenchVersion) {
+        pgbenchMissing = true;
+        log(
+          `no pgbench at "${PGBENCH}": skipping the pgbench ceilings (install postgresql-client, or set PGBENCH=/path/to/pgbench)`,
+        );
+      } else {
+        log(pgbenchVersion);
+        const pgbenchSpread = await pgbench(
+          'pgbench-spread',
+          { port: pgPort, password },
+          pgbenchScript(companyId, accounts),
+          dataDir,
+        );
+        figures.pgbenchSpread = { ...pgbenchSpread, name: `pgbench: the transfer statement, ${ACCOUNTS} accounts` };
+        log(`pgbench spread: ${pgbenchSpread.throughput.toFixed(0)} tps`);
+        const pgbenchHot = await pgbench(
+          'pgbench-hot',
+          { port: pgPort, password },
+          pgbenchScript(companyId, hot),
+          dataDir,
+        );
+        figures.pgbenchHot = { ...pgbenchHot, name: `pgbench: the transfer statement, ${HOT_ACCOUNTS} hot accounts` };
+        log(`pgbench hot: ${pgbenchHot.throughput.toFixed(0)} tps`);
+        const pgbenchHotPath = await pgbench(
+          'pgbench-hot-path',
+          { port: pgPort, password },
+          pgbenchHotPathScript(companyId, accounts),
+          dataDir,
+          APP_ROLE,
+        );
+        figures.pgbenchHotPath = {
+          ...pgbenchHotPath,
+          name: `pgbench: the API's hot-path function as payments_app, ${ACCOUNTS} accounts`,
+        };
+        log(`pgbench hot-path function: ${pgbenchHotPath.throughput.toFixed(0)} tps`);
+        results.pgbenchOutput = { spread: pgbenchSpread.raw, hot: pgbenchHot.raw, hotPath: pgbenchHotPath.raw };
+      }
 
       // ---- 3. bare Koa + postgres.js route
       const bare = await forkReady('bare-koa', 'bench/bare-server.ts', {
@@ -714,10 +729,10 @@ async function main(): Promise<void> {
     cpuByPhase,
     ...results,
   };
-  if (PHASES.size === 4 && !API_CPU_PROF) {
+  if (PHASES.size === 4 && !API_CPU_PROF && !pgbenchMissing) {
     await writeFile(join(here, 'results.json'), `${JSON.stringify(json, null, 2)}\n`);
     await writeFile(join(here, 'results.md'), `# Benchmark results\n\n${machine}\n\n${table}\n`);
-  } else log('partial or profiled run: bench/results.* left as they are');
+  } else log('partial or profiled run, or no pgbench: bench/results.* left as they are');
   console.log(`statements per Shape B transfer: ${JSON.stringify(results.shapeBStatements, null, 2)}`);
   console.log(`statements during Shape A: ${JSON.stringify(results.shapeAStatements, null, 2)}`);
 }
