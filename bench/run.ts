@@ -16,6 +16,7 @@ import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { descendants } from '../platform/processes.ts';
 import { startService, stopService, type ServiceProcess } from '../platform/services.ts';
 import { freePort } from '../test-support/ports.ts';
+import { waitFor } from '../test-support/wait.ts';
 import { APP_ROLE, createSql, type Sql } from '../db/client.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../db/embedded.ts';
 import { migrate } from '../db/migrate.ts';
@@ -26,7 +27,14 @@ import { provisionTenant } from '../services/tenants.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
 import { benchAwaitUpdate } from './baseline-workflow.ts';
 import { pgbenchHotPathScript, pgbenchScript } from './transfer-sql.ts';
-import { BENCH_TASK_QUEUE, summarize, type LatencySummary, type LoadPlan, type LoadResult } from './types.ts';
+import {
+  BENCH_TASK_QUEUE,
+  summarize,
+  undispatchedEvents,
+  type LatencySummary,
+  type LoadPlan,
+  type LoadResult,
+} from './types.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -55,7 +63,6 @@ const DATABASE = 'payments';
 const USER = 'postgres';
 
 const log = (line: string) => console.error(`[bench +${((Date.now() - startedAt) / 1000).toFixed(1)}s] ${line}`);
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 const startedAt = Date.now();
 
 // ---------------------------------------------------------------------------------------------
@@ -530,25 +537,22 @@ async function main(): Promise<void> {
       forkReady('api', 'api/main.ts', env, 180_000, apiExecArgv),
       forkReady('worker', 'workers/main.ts', env),
     ]);
-    for (let waited = 0; ; waited += 200) {
-      const status = await fetch(`${apiUrl}/readyz`)
-        .then((response) => response.status)
-        .catch(() => 0);
-      if (status === 200) break;
-      if (waited > 60_000) throw new Error('API never ready');
-      await sleep(200);
-    }
+    await waitFor(
+      "the API's /readyz to answer 200",
+      async () => (await fetch(`${apiUrl}/readyz`, { signal: AbortSignal.timeout(5_000) })).status === 200,
+      60_000,
+    );
     log('api and worker ready');
     // Every transfer writes an event (the webhook outbox, migration 00005) that the worker then
     // dispatches. The ceilings above wrote tens of thousands with no worker running; let it work
     // through them first, so that the API phases pay for their own events only.
-    const undispatched = async () => {
-      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from events where dispatched_at is null`;
-      return row?.n ?? 0;
-    };
-    const backlog = await undispatched();
+    const backlog = await undispatchedEvents(sql);
     const drainStarted = performance.now();
-    while ((await undispatched()) > 0 && performance.now() - drainStarted < 180_000) await sleep(500);
+    await waitFor(
+      "the worker to dispatch the ceilings' events",
+      async () => (await undispatchedEvents(sql)) === 0,
+      180_000,
+    );
     log(
       `worker dispatched the ceilings' ${backlog} events in ${((performance.now() - drainStarted) / 1000).toFixed(1)} s`,
     );

@@ -1,4 +1,6 @@
-// Messages between the bench orchestrator (bench/run.ts) and its child processes.
+// Messages between the bench orchestrator (bench/run.ts) and its child processes, and what
+// bench/run.ts and bench/webhooks.ts share.
+import type { Sql } from '../db/client.ts';
 
 export type LoadMode = 'bare' | 'shapeB' | 'replay' | 'shapeA';
 
@@ -76,3 +78,9 @@ export function summarize(latencies: number[]): LatencySummary {
 
 /** The bench-only worker's task queue (bench/baseline-worker.ts). */
 export const BENCH_TASK_QUEUE = 'bench-baseline';
+
+/** Events the worker's dispatcher has not fanned out yet (the webhook outbox, migration 00005). */
+export async function undispatchedEvents(sql: Sql): Promise<number> {
+  const [row] = await sql<{ count: number }[]>`select count(*)::int as count from events where dispatched_at is null`;
+  return row?.count ?? 0;
+}

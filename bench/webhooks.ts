@@ -22,9 +22,10 @@ import { provisionTenant } from '../services/tenants.ts';
 import { createLedgerTransfer } from '../services/transfers.ts';
 import { createWebhookEndpoint } from '../services/webhook-endpoints.ts';
 import { freePort } from '../test-support/ports.ts';
+import { waitFor } from '../test-support/wait.ts';
 import { startWebhookReceiver, type WebhookReceiver } from '../test-support/webhook-receiver.ts';
 import { loadWorkflowBundle } from '../workers/bundle.ts';
-import { BENCH_TASK_QUEUE, summarize, type LatencySummary } from './types.ts';
+import { BENCH_TASK_QUEUE, summarize, undispatchedEvents, type LatencySummary } from './types.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -42,6 +43,8 @@ const ACCOUNTS_PER_COMPANY = 16;
 const CEILING_START_CONCURRENCY = 100;
 /** A scenario that has not drained by then is reported as such. */
 const DRAIN_TIMEOUT_MS = 600_000;
+/** The setup's own events (funding) must be dispatched by then (else the worker is stuck or dead). */
+const SETUP_DISPATCH_TIMEOUT_MS = 120_000;
 
 const startedAt = Date.now();
 const log = (line: string) => console.error(`[bench:webhooks +${((Date.now() - startedAt) / 1000).toFixed(1)}s] ${line}`);
@@ -158,15 +161,10 @@ async function setUpCompanies(ownerSql: Sql, count: number, label: string): Prom
   return companies;
 }
 
-async function undispatched(ownerSql: Sql): Promise<number> {
-  const [row] = await ownerSql<{ count: number }[]>`select count(*)::int as count from events where dispatched_at is null`;
-  return row!.count;
-}
-
 async function scenario(ownerSql: Sql, appSql: Sql, client: Client, events: number, endpoints: number, label: string): Promise<ScenarioFigure> {
   const companies = await setUpCompanies(ownerSql, endpoints, label);
   // The setup's own events (funding) are dispatched (to no endpoint) before the clock starts.
-  while ((await undispatched(ownerSql)) > 0) await sleep(100);
+  await waitFor("the worker to dispatch the setup's events", async () => (await undispatchedEvents(ownerSql)) === 0, SETUP_DISPATCH_TIMEOUT_MS);
   const companyIds = companies.map((company) => company.companyId);
 
   // ---- K transfers, as fast as possible, round-robin over the companies and their accounts.
