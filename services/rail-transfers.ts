@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import type { Sql } from '../db/client.ts';
-import { findTransfer, type Environment, type LedgerTransfer } from '../db/ledger.ts';
+import type { Environment, LedgerTransfer } from '../db/ledger.ts';
 import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
 import {
   createRailTransfer,
@@ -10,6 +10,7 @@ import {
   findFundingWallet,
   findRailTransferByKey,
   systemAccount,
+  type RailTransfer,
 } from '../db/rails.ts';
 import { withSystemScope, withTenant } from '../db/tenant.ts';
 import type { Logger } from '../platform/logger.ts';
@@ -23,6 +24,7 @@ import {
   TRANSFER_SETTLEMENT_WORKFLOW,
   transferWorkflowId,
   type TransferSettlementInput,
+  type TransferSnapshot,
 } from '../workflows/shared/transfer-settlement.ts';
 import { quotePayout, type FxRateSource } from './quotes.ts';
 
@@ -48,6 +50,38 @@ const AMOUNT_ERRORS: Record<AmountError, string> = {
   currency: 'source.currency is not supported',
 };
 
+/**
+ * A payout as the API answers it: the row as this request wrote (or found) it, at the status the
+ * settlement workflow reported. Without `version` and `updatedAt`, which only the row itself knows
+ * once the workflow has moved it.
+ */
+export type PayoutTransfer = Omit<LedgerTransfer, 'version' | 'updatedAt'>;
+
+function payoutTransferOf(transfer: RailTransfer, outcome: TransferSnapshot | undefined): PayoutTransfer {
+  return {
+    id: transfer.id,
+    companyId: transfer.companyId,
+    environment: transfer.environment,
+    idempotencyKey: transfer.idempotencyKey,
+    rail: 'ach',
+    status: outcome ? outcome.status : transfer.status,
+    amount: transfer.amount,
+    currency: transfer.currency,
+    sourceAccountId: transfer.sourceAccountId,
+    destinationAccountId: null,
+    payout: {
+      externalAccountId: transfer.destinationExternalAccountId,
+      outAmount: transfer.outAmount,
+      outCurrency: transfer.outCurrency,
+      feeAmount: transfer.feeAmount,
+      fxRate: transfer.fxRate,
+    },
+    failureReason: outcome ? outcome.failureReason : transfer.failureReason,
+    workflowId: transfer.workflowId,
+    createdAt: transfer.createdAt,
+  };
+}
+
 /** The workflow's own ID, hashed where a key could be long: IDs stay short and printable. */
 export function settlementWorkflowId(companyId: string, environment: Environment, idempotencyKey: string): string {
   const safe = /^[A-Za-z0-9._:-]{1,100}$/.test(idempotencyKey)
@@ -60,15 +94,16 @@ export function settlementWorkflowId(companyId: string, environment: Environment
  * Shape A: a stablecoin payout over ACH. The transfer, its hold on the wallet and an outbox row are
  * written in one transaction (insufficient funds is known before anything leaves); then the
  * settlement workflow is started with update-with-start under an ID derived from the key, so a retry
- * joins the same run. If Temporal cannot be reached the transfer stays `pending` and the outbox
- * relay starts the same workflow later: the 201 is durable either way.
+ * joins the same run, and its answer says where the payout stands. If Temporal cannot be reached the
+ * transfer stays `pending` and the outbox relay starts the same workflow later: the 201 is durable
+ * either way.
  */
 export async function createPayoutTransfer(
   deps: RailTransferDeps,
   scope: { companyId: string; environment: Environment },
   request: RailTransferRequest,
   idempotencyKey: string,
-): Promise<LedgerTransfer> {
+): Promise<PayoutTransfer> {
   const amount = parseDecimalAmount(request.source.amount, request.source.currency);
   if (!amount.ok) {
     const code = amount.error === 'currency' ? 'UNSUPPORTED_CURRENCY' : 'INVALID_AMOUNT';
@@ -76,10 +111,17 @@ export async function createPayoutTransfer(
   }
   const workflowId = settlementWorkflowId(scope.companyId, scope.environment, idempotencyKey);
   const input: TransferSettlementInput = { transferId: '', companyId: scope.companyId, environment: scope.environment };
+  // FX rates come from outside the machine and the quote needs nothing the transaction reads: it is
+  // taken before the transaction, which then never waits on a rate provider. A refused quote is
+  // reported where it always was, after the destination and wallet checks.
+  const quoted = await quotePayout(deps.fxRates, request.source.currency, amount.minor, request.destination.currency).then(
+    (quote) => ({ ok: true as const, quote }),
+    (error: unknown) => ({ ok: false as const, error }),
+  );
 
-  const transferId = await withTenant(deps.sql, scope.companyId, async (tx) => {
+  const transfer = await withTenant(deps.sql, scope.companyId, async (tx) => {
     const existing = await findRailTransferByKey(tx, scope, idempotencyKey);
-    if (existing) return existing.id; // a retry after a crash: the transfer and its hold exist already
+    if (existing) return existing; // a retry after a crash: the transfer and its hold exist already
     const bank = await findExternalAccount(tx, scope, request.destination.account);
     if (!bank) {
       throw new DomainError(
@@ -106,11 +148,13 @@ export async function createPayoutTransfer(
         `This company has no ${request.source.currency} wallet in this environment.`,
       );
     }
-    const quote = await quotePayout(deps.fxRates, request.source.currency, amount.minor, request.destination.currency);
+    if (!quoted.ok) throw quoted.error;
+    const { quote } = quoted;
     const clearing = await systemAccount(tx, scope, request.source.currency, 'rail_clearing', () => newId('sys'));
     const id = newId('tr');
+    let created: RailTransfer;
     try {
-      await tx.savepoint((sp) =>
+      created = await tx.savepoint((sp) =>
         createRailTransfer(sp, {
           id,
           holdId: newId('hold'),
@@ -145,30 +189,33 @@ export async function createPayoutTransfer(
       taskQueue: TASK_QUEUES.core,
       payload: { ...input, transferId: id },
     });
-    return id;
+    return created;
   });
 
+  let outcome: TransferSnapshot | undefined;
   try {
-    await startSettlement(deps.temporal, workflowId, { ...input, transferId }, idempotencyKey, deps.outcomeWaitMs);
+    outcome = await startSettlement(deps.temporal, workflowId, { ...input, transferId: transfer.id }, idempotencyKey, deps.outcomeWaitMs);
     await withSystemScope(deps.sql, (tx) => markOutboxDispatched(tx, workflowId, new Date()));
   } catch (error) {
     deps.logger.warn({ err: error, workflowId }, 'settlement workflow not started now; the outbox relay will start it');
   }
-  const transfer = await withTenant(deps.sql, scope.companyId, (tx) => findTransfer(tx, scope, transferId));
-  return transfer!;
+  // Without an outcome (not started now) the answer is the transfer as committed (or found) above:
+  // `pending` for a new one.
+  return payoutTransferOf(transfer, outcome);
 }
 
-export async function startSettlement(
+/** Starts (or joins) the settlement workflow and returns its first outcome (awaitTransferOutcome). */
+async function startSettlement(
   temporal: Client,
   workflowId: string,
   input: TransferSettlementInput,
   updateId: string,
   waitMs: number,
-): Promise<void> {
+): Promise<TransferSnapshot> {
   // Bounded: when Temporal is unreachable the request answers `pending` promptly instead of waiting
   // out the client's retries; the outbox relay starts the workflow later.
   const deadline = Date.now() + waitMs + START_MARGIN_MS;
-  await temporal.connection.withDeadline(deadline, () =>
+  return temporal.connection.withDeadline(deadline, () =>
     temporal.workflow.executeUpdateWithStart(awaitTransferOutcomeUpdate, {
       args: [{ waitMs }],
       updateId,

@@ -134,6 +134,19 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     assert.deepEqual(await wallet(), before);
   });
 
+  it('answers with the transfer exactly as it is stored: the POST body is the GET body without its history', async () => {
+    for (const amount of ['40.00', '10.13', '20.15']) {
+      const created = await payout(amount);
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const detail = await call(testApp, 'GET', `/v1/transfers/${created.body.id}`, { token: tenant.sandboxApiKey });
+      const { signature: createdSignature, ...answered } = created.body;
+      const { signature: storedSignature, status_history: history, ...stored } = detail.body;
+      assert.deepEqual(answered, stored, amount);
+      assert.ok(createdSignature && storedSignature && history, amount);
+      assert.deepEqual(Object.keys(answered), Object.keys(stored), `${amount}: same members in the same order`);
+    }
+  });
+
   it('restarts a payout whose workflow never started (crash after commit) from the outbox, once', async () => {
     const unreachable = new Client({ connection: Connection.lazy({ address: '127.0.0.1:1', connectTimeout: 200 }) });
     const key = `payout-stranded-${process.pid}`;

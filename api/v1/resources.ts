@@ -27,8 +27,9 @@ function historyResource(history: StatusChange[] | undefined) {
 /**
  * A transfer as the API shows it. Ledger rail: Response B of SPEC 4.2 (integer minor units) plus the
  * two accounts. External rails: Response A (`out` in decimal strings) plus what was sent and the fee.
+ * Neither shows `version` or `updatedAt` (a new payout is answered without them: services/rail-transfers.ts).
  */
-export function transferResource(transfer: LedgerTransfer, history?: StatusChange[]) {
+export function transferResource(transfer: Omit<LedgerTransfer, 'version' | 'updatedAt'>, history?: StatusChange[]) {
   if (transfer.rail === 'ach' && transfer.payout) {
     const { payout } = transfer;
     return {
