@@ -38,7 +38,7 @@ export interface PollRailInput {
 }
 
 /** Stable types of the non-retryable failures these activities raise (business rules). */
-export const TRANSFER_FAILURE_TYPES = {
+const TRANSFER_FAILURE_TYPES = {
   notFound: 'TransferNotFound',
   externalAccountNotFound: 'ExternalAccountNotFound',
   notSubmittable: 'TransferNotSubmittable',

@@ -1,8 +1,10 @@
 // System accounts (db/rails.ts): opened on first use, found afterwards, and opened once when two
-// transactions need the same one at the same time. Through the app pool, under row-level security.
+// transactions need the same one at the same time; the sandbox funding account found the same way.
+// Through the app pool, under row-level security.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { openFundedSandboxAccounts } from '../services/sandbox.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { waitFor } from '../test-support/wait.ts';
@@ -41,6 +43,22 @@ describe('system accounts', () => {
     assert.equal(again, opened);
     assert.equal(await withTenant(appSql, tenant.company.id, (tx) => findSystemAccount(tx, scope(), { purpose: 'fx', currency: 'USDC' })), opened);
     assert.deepEqual((await rows('fx', 'USDC')).map((row) => ({ ...row })), [{ id: opened, name: 'fx USDC', type: 'system' }]);
+  });
+
+  it('funds extra sandbox accounts from the funding account provisioning opened', async () => {
+    const [funding] = await rows('sandbox_funding', 'USD');
+    assert.equal(
+      await withTenant(appSql, tenant.company.id, (tx) => findSystemAccount(tx, scope(), { purpose: 'sandbox_funding', currency: 'USD' })),
+      funding!.id,
+    );
+    const ids = await openFundedSandboxAccounts(appSql, tenant.company.id, { count: 2, amountMinor: 500n, currency: 'USD', namePrefix: 'Extra' });
+    assert.equal(ids.length, 2);
+    const funded = await ownerSql<{ source_account_id: string; amount: bigint }[]>`
+      select source_account_id, amount from transfers where destination_account_id = any(${ids})`;
+    assert.deepEqual(funded.map((transfer) => ({ ...transfer })), [
+      { source_account_id: funding!.id, amount: 500n },
+      { source_account_id: funding!.id, amount: 500n },
+    ]);
   });
 
   it('opens it once when a second transaction needs it while the first has not committed', async () => {

@@ -1,7 +1,7 @@
 import type { Sql, TransactionSql } from '../db/client.ts';
 import { withTenant } from '../db/tenant.ts';
 import { openLedgerAccount, postLedgerTransfer } from '../db/ledger.ts';
-import { insertExternalAccount } from '../db/rails.ts';
+import { findSystemAccount, insertExternalAccount } from '../db/rails.ts';
 import { newId } from '../platform/ids.ts';
 import { parseDecimalAmount } from '../workflows/shared/money.ts';
 
@@ -110,10 +110,7 @@ export async function openFundedSandboxAccounts(
 ): Promise<string[]> {
   const scope = { companyId, environment: 'sandbox' as const };
   return withTenant(sql, companyId, async (tx) => {
-    const [funding] = await tx<{ id: string }[]>`
-      select id from ledger_accounts
-      where company_id = ${companyId} and environment = 'sandbox' and system_purpose = 'sandbox_funding'
-        and currency = ${options.currency}`;
+    const funding = await findSystemAccount(tx, scope, { purpose: 'sandbox_funding', currency: options.currency });
     if (!funding) throw new Error(`no sandbox funding account for ${options.currency}`);
     const ids: string[] = [];
     for (let index = 0; index < options.count; index++) {
@@ -130,7 +127,7 @@ export async function openFundedSandboxAccounts(
         idempotencyKey: `sandbox-funding:${account.id}`,
         amount: options.amountMinor,
         currency: options.currency,
-        sourceAccountId: funding.id,
+        sourceAccountId: funding,
         destinationAccountId: account.id,
       });
       ids.push(account.id);

@@ -223,8 +223,10 @@ export function createTransferSigner(deps: TransferSignerDeps): TransferSigner {
 
   /**
    * The cached key set. Once loaded it is served even when stale, while a refresh runs in the
-   * background: signing happens inside the caller's database transaction, and waiting there for a
-   * connection of the same pool could deadlock a busy pool. Only the very first load waits.
+   * background: Shape B signs its response before its one statement, and should not wait for a
+   * round trip there; webhook delivery signs inside its attempt's transaction, where waiting for a
+   * second connection of the same pool could deadlock a busy pool. Only the very first load waits
+   * (the API warms its signer before it listens).
    */
   async function currentKeys(): Promise<KeySet> {
     if (!cache) return refresh();

@@ -47,7 +47,7 @@ type Magic = (typeof SANDBOX_MAGIC)[number];
 const DEFAULT_CODE = 'ok';
 
 /** Submissions remembered for idempotency; older ones are forgotten (their reference still says everything). */
-export const SANDBOX_SUBMISSIONS_MAX = 10_000;
+const SANDBOX_SUBMISSIONS_MAX = 10_000;
 
 const REFERENCE_PREFIX = 'sbx_ach';
 // sbx_ach_<code>_<transferId>: the behaviour is part of the reference, so status() answers the same

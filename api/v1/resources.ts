@@ -61,8 +61,6 @@ export function transferResource(transfer: Omit<LedgerTransfer, 'version' | 'upd
 
 export interface TransferSigner {
   sign(object: Record<string, unknown>): Promise<string>;
-  /** Loads the signing key so that sign() does not touch the database. */
-  warm(): Promise<void>;
 }
 
 /** Every transfer object leaves signed (DESIGN 7): a detached JWS over the object without `signature`. */

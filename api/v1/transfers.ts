@@ -36,7 +36,7 @@ export const ZShapeB = z.strictObject({
     .int('amount is an integer number of minor units')
     .positive('amount must be positive')
     .max(Number(AMOUNT_MAX_MINOR), `amount may not exceed ${AMOUNT_MAX_MINOR} minor units`),
-  currency: z.string().regex(/^[A-Z][A-Z0-9]{2,4}$/, 'currency is an upper-case code such as USD or USDC'),
+  currency: ZCurrencyCode,
   source: ZAccountReference,
   destination: ZAccountReference,
 });

@@ -6,8 +6,6 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 export type TransferStatus = 'pending' | 'processing' | 'settled' | 'failed' | 'canceled' | 'returned';
 export type Environment = 'sandbox' | 'live';
 
-export const TERMINAL_STATUSES: readonly TransferStatus[] = ['failed', 'canceled', 'returned'];
-
 export interface TransferSettlementInput {
   transferId: string;
   companyId: string;
