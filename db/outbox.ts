@@ -55,6 +55,22 @@ export async function insertOutboxEntry(tx: TransactionSql | Sql, entry: NewOutb
     on conflict (workflow_id) do nothing`;
 }
 
+/**
+ * Records several entries in one statement (the webhook dispatcher's batch of deliveries); an ID
+ * already recorded is a no-op, as in insertOutboxEntry.
+ */
+export async function insertOutboxEntries(tx: TransactionSql | Sql, entries: readonly NewOutboxEntry[]): Promise<void> {
+  if (entries.length === 0) return;
+  await tx`
+    insert into outbox (company_id, workflow_type, workflow_id, task_queue, payload)
+    select company_id, workflow_type, workflow_id, task_queue, payload::jsonb
+    from unnest(${entries.map((entry) => entry.companyId)}::text[], ${entries.map((entry) => entry.workflowType)}::text[],
+                ${entries.map((entry) => entry.workflowId)}::text[], ${entries.map((entry) => entry.taskQueue)}::text[],
+                ${entries.map((entry) => JSON.stringify(entry.payload))}::text[])
+      as t(company_id, workflow_type, workflow_id, task_queue, payload)
+    on conflict (workflow_id) do nothing`;
+}
+
 export async function findOutboxEntry(sql: Sql | TransactionSql, workflowId: string): Promise<OutboxEntry | undefined> {
   const [row] = await sql<OutboxRow[]>`
     select id, company_id, workflow_type, workflow_id, task_queue, payload, created_at, dispatched_at, attempts
@@ -63,25 +79,43 @@ export async function findOutboxEntry(sql: Sql | TransactionSql, workflowId: str
 }
 
 export async function markOutboxDispatched(sql: Sql | TransactionSql, workflowId: string, at: Date): Promise<void> {
-  await sql`
-    update outbox set dispatched_at = greatest(created_at, ${at}), attempts = attempts + 1
-    where workflow_id = ${workflowId} and dispatched_at is null`;
+  await markOutboxEntriesDispatched(sql, [workflowId], at);
 }
 
-/** Entries not handed to Temporal for `olderThanMs` (the API normally does it at once), oldest first. */
+/** Marks entries handed to Temporal at `at` (never before their creation: the clocks may differ). */
+export async function markOutboxEntriesDispatched(sql: Sql | TransactionSql, workflowIds: readonly string[], at: Date): Promise<void> {
+  if (workflowIds.length === 0) return;
+  await sql`
+    update outbox set dispatched_at = greatest(created_at, ${at}), attempts = attempts + 1
+    where workflow_id = any (${workflowIds}::text[]) and dispatched_at is null`;
+}
+
+/**
+ * Entries created before `olderThan` and still not handed to Temporal (the API normally does it at
+ * once), oldest first; `workflowType` narrows them to one kind of workflow.
+ */
 export async function findStrandedOutboxEntries(
   tx: TransactionSql,
-  options: { olderThan: Date; limit: number },
+  options: { olderThan: Date; limit: number; workflowType?: string },
 ): Promise<OutboxEntry[]> {
   const rows = await tx<OutboxRow[]>`
     select id, company_id, workflow_type, workflow_id, task_queue, payload, created_at, dispatched_at, attempts
     from outbox where dispatched_at is null and created_at < ${options.olderThan}
+      ${options.workflowType === undefined ? tx`` : tx`and workflow_type = ${options.workflowType}`}
     order by created_at limit ${options.limit}`;
   return rows.map(toEntry);
 }
 
 export async function recordOutboxFailure(tx: TransactionSql, workflowId: string, error: string): Promise<void> {
+  await recordOutboxFailures(tx, [{ workflowId, error }]);
+}
+
+/** Counts a failed start on each entry and keeps its error (one statement for the whole batch). */
+export async function recordOutboxFailures(tx: TransactionSql, failures: readonly { workflowId: string; error: string }[]): Promise<void> {
+  if (failures.length === 0) return;
   await tx`
-    update outbox set attempts = attempts + 1, last_error = ${error.slice(0, 2000)}
-    where workflow_id = ${workflowId} and dispatched_at is null`;
+    update outbox set attempts = attempts + 1, last_error = t.error
+    from unnest(${failures.map((failure) => failure.workflowId)}::text[], ${failures.map((failure) => failure.error.slice(0, 2000))}::text[])
+      as t(workflow_id, error)
+    where outbox.workflow_id = t.workflow_id and outbox.dispatched_at is null`;
 }

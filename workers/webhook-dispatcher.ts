@@ -3,6 +3,13 @@ import type { Sql } from '../db/client.ts';
 import type { Logger } from '../platform/logger.ts';
 import { dispatchWebhookEvents } from '../services/webhook-dispatch.ts';
 
+/**
+ * How often a pass also looks for deliveries recorded but not started (an extra transaction, not
+ * worth running on every idle poll). With STRANDED_AFTER_MS (5 s) a stranded delivery is started
+ * again at most about 7.5 s after it was recorded.
+ */
+const STRANDED_RESCAN_INTERVAL_MS = 2_500;
+
 export interface WebhookDispatcher {
   stop(): Promise<void>;
 }
@@ -10,7 +17,8 @@ export interface WebhookDispatcher {
 /**
  * Polls for undispatched events every `intervalMs` (a partial index makes an idle poll one cheap
  * lookup; NOTIFY would serialize every committing transfer on a global lock) and keeps going
- * without pause while there is a backlog. Errors back off up to 30 s; the loop never dies.
+ * without pause while there is a backlog; stranded deliveries are looked for every
+ * STRANDED_RESCAN_INTERVAL_MS. Errors back off up to 30 s; the loop never dies.
  */
 export function startWebhookDispatcher(deps: { sql: Sql; temporal: () => Client; logger: Logger; intervalMs: number; batchSize: number }): WebhookDispatcher {
   let stopping = false;
@@ -25,12 +33,19 @@ export function startWebhookDispatcher(deps: { sql: Sql; temporal: () => Client;
     });
   const loop = (async () => {
     let failures = 0;
+    let lastRescanAt = Number.NEGATIVE_INFINITY;
     while (!stopping) {
       try {
-        const result = await dispatchWebhookEvents({ sql: deps.sql, temporal: deps.temporal() }, { batchSize: deps.batchSize });
+        const now = performance.now();
+        const restartStranded = now - lastRescanAt >= STRANDED_RESCAN_INTERVAL_MS;
+        const result = await dispatchWebhookEvents(
+          { sql: deps.sql, temporal: deps.temporal() },
+          { batchSize: deps.batchSize, restartStranded },
+        );
+        if (restartStranded) lastRescanAt = now;
         failures = 0;
-        if (result.deliveries > 0) deps.logger.debug(result, 'webhook events dispatched');
-        if (result.failed > 0) deps.logger.warn(result, 'some webhook deliveries could not be started; the outbox relay will');
+        if (result.deliveries > 0 || result.restarted > 0) deps.logger.debug(result, 'webhook events dispatched');
+        if (result.failed > 0) deps.logger.warn(result, 'some webhook deliveries could not be started; a later pass (or the outbox relay) will');
         if (result.events < deps.batchSize) await pause(deps.intervalMs);
       } catch (error) {
         failures += 1;

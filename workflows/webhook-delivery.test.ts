@@ -3,7 +3,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import type { WorkflowHandle } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
 import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -426,6 +426,45 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
     const [outbox] = await database.sql<{ dispatched_at: Date | null }[]>`select dispatched_at from outbox where workflow_id = ${workflowId}`;
     assert.ok(outbox?.dispatched_at);
+  });
+
+  it('records a start Temporal refused on its outbox row, and restarts it on a pass that looks for stranded deliveries', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const workflowId = webhookDeliveryWorkflowId(eventId, endpoint.id);
+    const refusing = {
+      workflow: {
+        start: async () => {
+          throw new Error('Temporal is unavailable');
+        },
+      },
+    } as unknown as Client;
+    const outboxRow = async () => {
+      const [row] = await database.sql<{ dispatched_at: Date | null; attempts: number; last_error: string | null }[]>`
+        select dispatched_at, attempts, last_error from outbox where workflow_id = ${workflowId}`;
+      return row;
+    };
+
+    const refused = await dispatchWebhookEvents({ sql: database.sql, temporal: refusing }, { batchSize: 100 });
+    assert.ok(refused.deliveries >= 1 && refused.failed >= 1, JSON.stringify(refused));
+    assert.deepEqual({ ...(await outboxRow()) }, { dispatched_at: null, attempts: 1, last_error: 'Error: Temporal is unavailable' });
+
+    // Once it is old enough to count as stranded, a pass that does not look for stranded deliveries
+    // leaves it; one that looks starts it, counted as a restart, not as a new delivery.
+    await database.sql`update outbox set created_at = now() - interval '10 seconds' where workflow_id = ${workflowId}`;
+    await dispatchWebhookEvents({ sql: database.sql, temporal: refusing }, { batchSize: 100, restartStranded: false });
+    assert.equal((await outboxRow())?.attempts, 1);
+    const pass = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
+    assert.equal(pass.deliveries, 0);
+    assert.ok(pass.restarted >= 1 && pass.started >= pass.restarted, JSON.stringify(pass));
+    const handle = env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(workflowId);
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
+    const row = await outboxRow();
+    assert.ok(row?.dispatched_at);
+    assert.equal(row.attempts, 2);
   });
 
   it('closes as lost only the earlier tries of the same attempt, never a resend running beside it', async () => {
