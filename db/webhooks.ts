@@ -253,9 +253,16 @@ export interface NewDelivery {
 
 /**
  * Claims a batch of undispatched events (SKIP LOCKED: dispatchers never wait on each other) and fans
- * each out to the endpoints that existed, were enabled and subscribed when it happened. Marks the
- * events dispatched and returns the deliveries created, all in the caller's (system-scope)
- * transaction; the caller records their workflow starts in the outbox in the same transaction.
+ * each out to the endpoints that are enabled and subscribed to its type now (at dispatch, usually
+ * within a poll interval of the event) and were created before it. Marks the events dispatched and
+ * returns their deliveries, all in the caller's (system-scope) transaction; the caller records
+ * their workflow starts in the outbox in the same transaction.
+ *
+ * A delivery that already exists is returned too: a manual resend of an event not yet dispatched
+ * creates its delivery first (ensureDelivery), and that delivery still needs its scheduled workflow,
+ * or a failed resend would never be retried. The workflow ID (event + endpoint) differs from the
+ * resend's, and a delivery the resend already completed ends its first scheduled attempt without
+ * sending again.
  */
 export async function fanOutEvents(tx: TransactionSql, options: { limit: number }): Promise<{ events: number; deliveries: NewDelivery[] }> {
   const claimed = await tx<{ id: string }[]>`
@@ -273,7 +280,7 @@ export async function fanOutEvents(tx: TransactionSql, options: { limit: number 
      and (cardinality(w.event_types) = 0 or e.type = any (w.event_types))
     where e.id = any (${ids}::text[])
     order by e.created_at, w.id
-    on conflict (event_id, endpoint_id) do nothing
+    on conflict (event_id, endpoint_id) do update set event_id = excluded.event_id
     returning id, company_id, environment, event_id, endpoint_id`;
   await tx`update events set dispatched_at = now() where id = any (${ids}::text[])`;
   return {

@@ -377,13 +377,61 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     await replay(handle, 'resend');
   });
 
+  it('still delivers on schedule an event resent by hand before it was dispatched, when the resend failed', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    let down = true;
+    const hooks = await receiver(() => (down ? { status: 503, body: 'down' } : { status: 200 }));
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    // The resend creates the delivery before the dispatcher has seen the event.
+    const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
+    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-before-dispatch' });
+    const resendHandle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
+    assert.equal((await resendHandle.result()).kind, 'failed');
+    down = false;
+
+    // The dispatcher still fans the event out to that delivery and starts its schedule.
+    const handle = await dispatch(eventId, endpoint.id);
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
+    const deliveries = await database.sql<{ id: string; status: string }[]>`
+      select id, status from webhook_deliveries where event_id = ${eventId}`;
+    assert.deepEqual(deliveries.map((row) => ({ ...row })), [{ id: resend.deliveryId, status: 'succeeded' }]);
+    // The resend's tries failed (a retried try is a row of its own); then the scheduled attempt got through.
+    const attempts = (await attemptsOf(tenant.companyId, endpoint.id)).reverse();
+    assert.equal(attempts[0]!.trigger, 'manual');
+    assert.ok(attempts.filter((attempt) => attempt.trigger === 'manual').every((attempt) => attempt.state === 'failed'));
+    assert.deepEqual([attempts.at(-1)!.trigger, attempts.at(-1)!.state], ['scheduled', 'succeeded']);
+    assert.equal(hooks.received.at(-1)!.headers['webhook-id'], eventId);
+  });
+
+  it('sends nothing more on schedule for an event a resend delivered before it was dispatched', async () => {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver();
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { eventId } = await transfer(tenant);
+    const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
+    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-delivered-before-dispatch' });
+    assert.equal((await env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId).result()).kind, 'delivered');
+    const received = hooks.received.length;
+
+    const handle = await dispatch(eventId, endpoint.id);
+    assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
+    assert.equal(hooks.received.length, received, 'the delivery had got through: no second request');
+    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    assert.equal(delivery?.status, 'succeeded');
+  });
+
   it('holds an endpoint to its in-flight limit', async () => {
     const tenant = await newTenant();
     const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     const hooks = await receiver();
     const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
     // Ten leases held by attempts in flight for another delivery (the default limit): this one waits.
+    // The blocker's event counts as dispatched, so the dispatcher starts no workflow for it.
     const blocker = await transfer(tenant);
+    await database.sql`update events set dispatched_at = now() where id = ${blocker.eventId}`;
     const [delivery] = await database.sql<{ id: string }[]>`
       insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
       values (${tenant.companyId}, 'sandbox', ${blocker.eventId}, ${endpoint.id}) returning id`;
@@ -472,6 +520,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     const endpoint = await createWebhookEndpoint(appSql, scope, { url: 'http://127.0.0.1:9/never' }, POLICY);
     const { eventId } = await transfer(tenant);
+    // A delivery with no workflow: its event counts as dispatched, so no later dispatch starts one.
+    await database.sql`update events set dispatched_at = now() where id = ${eventId}`;
     const [delivery] = await database.sql<{ id: string }[]>`
       insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
       values (${tenant.companyId}, 'sandbox', ${eventId}, ${endpoint.id}) returning id`;
