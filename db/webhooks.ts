@@ -354,24 +354,68 @@ export interface DeliveryContext {
   endpoint: WebhookEndpoint;
 }
 
-export async function findDeliveryContext(tx: Tx, eventId: string, endpointId: string): Promise<DeliveryContext | undefined> {
-  const [row] = await tx<(DeliveryRow & { event: EventRow; endpoint: EndpointRow })[]>`
-    select d.*, to_jsonb(e) as event, to_jsonb(w) as endpoint
+/**
+ * What one attempt needs, read in the attempt's own transaction: the delivery, its event, and its
+ * endpoint (deleted or not) locked FOR UPDATE, so the in-flight count openAttempt takes next is
+ * taken under that lock and the endpoint cannot change between the checks and the attempt. One
+ * statement; the delivery's and the event's columns are named apart from the endpoint's.
+ */
+export async function lockDeliveryContext(tx: TransactionSql, eventId: string, endpointId: string): Promise<DeliveryContext | undefined> {
+  const [row] = await tx<
+    (EndpointRow & {
+      d_id: string;
+      d_company_id: string;
+      d_environment: Environment;
+      d_status: DeliveryStatus;
+      d_attempts: number;
+      d_created_at: Date;
+      d_completed_at: Date | null;
+      e_company_id: string;
+      e_environment: Environment;
+      e_type: string;
+      e_object_type: EventRow['object_type'];
+      e_object_id: string;
+      e_object_version: number;
+      e_snapshot: Record<string, unknown>;
+      e_created_at: Date;
+    })[]
+  >`
+    select w.*,
+           d.id as d_id, d.company_id as d_company_id, d.environment as d_environment, d.status as d_status,
+           d.attempts as d_attempts, d.created_at as d_created_at, d.completed_at as d_completed_at,
+           e.company_id as e_company_id, e.environment as e_environment, e.type as e_type, e.object_type as e_object_type,
+           e.object_id as e_object_id, e.object_version as e_object_version, e.snapshot as e_snapshot, e.created_at as e_created_at
     from webhook_deliveries d
     join events e on e.id = d.event_id
     join webhook_endpoints w on w.id = d.endpoint_id
-    where d.event_id = ${eventId} and d.endpoint_id = ${endpointId}`;
+    where d.event_id = ${eventId} and d.endpoint_id = ${endpointId}
+    for update of w`;
   if (!row) return undefined;
-  return { delivery: toDelivery(row), event: toEvent(parseJsonRow(row.event)), endpoint: toEndpoint(parseJsonRow(row.endpoint)) };
-}
-
-/** Rows read through to_jsonb carry timestamps as strings; bring them back to Dates. */
-function parseJsonRow<T>(row: T): T {
-  const out = { ...row } as Record<string, unknown>;
-  for (const key of Object.keys(out)) {
-    if (key.endsWith('_at') && typeof out[key] === 'string') out[key] = new Date(out[key]);
-  }
-  return out as T;
+  return {
+    endpoint: toEndpoint(row),
+    delivery: toDelivery({
+      id: row.d_id,
+      company_id: row.d_company_id,
+      environment: row.d_environment,
+      event_id: eventId,
+      endpoint_id: endpointId,
+      status: row.d_status,
+      attempts: row.d_attempts,
+      created_at: row.d_created_at,
+      completed_at: row.d_completed_at,
+    }),
+    event: toEvent({
+      id: eventId,
+      company_id: row.e_company_id,
+      environment: row.e_environment,
+      type: row.e_type,
+      object_type: row.e_object_type,
+      object_id: row.e_object_id,
+      object_version: row.e_object_version,
+      snapshot: row.e_snapshot,
+      created_at: row.e_created_at,
+    }),
+  };
 }
 
 export interface AttemptStart {
@@ -391,12 +435,12 @@ export interface AttemptStart {
 
 /**
  * Opens an attempt if the endpoint has a free in-flight slot: the attempt row is the lease (it
- * expires by itself if the worker dies), counted under the endpoint's row lock. Earlier tries of the
- * same attempt that a lost worker left in flight are closed as failed first. Returns 'busy' when
- * the endpoint is at its limit; an attempt key already used returns the existing attempt's id.
+ * expires by itself if the worker dies), counted under the endpoint's row lock, which the caller
+ * took in this transaction with lockDeliveryContext. Earlier tries of the same attempt that a lost
+ * worker left in flight are closed as failed first. Returns 'busy' when the endpoint is at its
+ * limit; an attempt key already used returns the existing attempt's id.
  */
 export async function openAttempt(tx: TransactionSql, start: AttemptStart): Promise<{ attemptId: string } | 'busy'> {
-  await tx`select 1 from webhook_endpoints where id = ${start.endpointId} for update`;
   // Earlier tries of this same attempt (same key before `#`) are dead: Temporal only retries an
   // activity whose previous try failed or timed out. Other attempts (a manual resend running at
   // the same time) are left alone.
@@ -444,9 +488,26 @@ export async function closeAttempt(tx: TransactionSql, attemptId: string, delive
   }
 }
 
-/** Ends a delivery that will not be tried again (schedule exhausted, or its endpoint gone). */
-export async function concludeDelivery(tx: TransactionSql, deliveryId: string, status: 'failed' | 'canceled'): Promise<void> {
-  await tx`update webhook_deliveries set status = ${status}, completed_at = now() where id = ${deliveryId} and status = 'pending'`;
+/**
+ * Ends a delivery that will not be tried again (schedule exhausted, or its endpoint gone), if it is
+ * still pending (a resend may have got it through meanwhile). Returns the delivery's ID and start
+ * whatever its status, or undefined when there is no such delivery.
+ */
+export async function concludeDelivery(
+  tx: TransactionSql,
+  eventId: string,
+  endpointId: string,
+  status: 'failed' | 'canceled',
+): Promise<{ id: string; createdAt: Date } | undefined> {
+  const [row] = await tx<{ id: string; created_at: Date }[]>`
+    with delivery as (
+      select id, created_at, status from webhook_deliveries where event_id = ${eventId} and endpoint_id = ${endpointId}
+    ), concluded as (
+      update webhook_deliveries set status = ${status}, completed_at = now()
+      where id = (select id from delivery) and status = 'pending'
+    )
+    select id, created_at from delivery`;
+  return row ? { id: row.id, createdAt: row.created_at } : undefined;
 }
 
 export interface WebhookAttempt {

@@ -13,7 +13,7 @@ import { createActivities } from '../activities/index.ts';
 import { createWebhookSender } from '../activities/webhooks/http.ts';
 import { type Sql } from '../db/client.ts';
 import { withSystemScope, withTenant } from '../db/tenant.ts';
-import { findWebhookEndpoint, listAttempts, openAttempt } from '../db/webhooks.ts';
+import { findWebhookEndpoint, listAttempts, lockDeliveryContext, openAttempt } from '../db/webhooks.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { createTransferSigner, type TransferSigner } from '../services/signing.ts';
 import { provisionTenant } from '../services/tenants.ts';
@@ -526,8 +526,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
       insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
       values (${tenant.companyId}, 'sandbox', ${eventId}, ${endpoint.id}) returning id`;
     const open = (attemptKey: string, supersedes: string) =>
-      withSystemScope(database.sql, (tx) =>
-        openAttempt(tx, {
+      withSystemScope(database.sql, async (tx) => {
+        await lockDeliveryContext(tx, eventId, endpoint.id); // as the activity does: the endpoint locked first
+        return openAttempt(tx, {
           deliveryId: delivery!.id,
           companyId: tenant.companyId,
           endpointId: endpoint.id,
@@ -538,8 +539,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
           url: endpoint.url,
           leaseMs: 60_000,
           maxInFlight: 10,
-        }),
-      );
+        });
+      });
     await open('scheduled:2#1', 'scheduled:2');
     await open('manual:rs_1#1', 'manual:rs_1');
     const retry = await open('scheduled:2#2', 'scheduled:2');

@@ -7,7 +7,7 @@ import {
   closeAttempt,
   concludeDelivery,
   disableFailingEndpoint,
-  findDeliveryContext,
+  lockDeliveryContext,
   openAttempt,
   signingSecrets,
   type DeliveryContext,
@@ -58,6 +58,16 @@ function gone(context: DeliveryContext | undefined, trigger: AttemptInput['trigg
 
 export function createWebhookActivities(deps: WebhookActivityDeps) {
   const limits = { ...WEBHOOK_LIMITS_DEFAULT, ...deps.limits };
+  // The event is rendered (a transfer in it signed) inside the attempt's transaction. Only a signer's
+  // first signature waits for the database (it loads the key, then serves it from memory, refreshed
+  // in the background: services/signing.ts); waiting there for a pool connection while holding one
+  // could deadlock a busy pool, so one signature is made before the first transaction.
+  let signerLoaded: Promise<unknown> | undefined;
+  const loadSigner = () =>
+    (signerLoaded ??= deps.signer.sign({}).catch((error: unknown) => {
+      signerLoaded = undefined;
+      throw error;
+    }));
   return {
     /**
      * One attempt: the endpoint's current URL and secrets, the event's own ID as webhook-id (the same
@@ -65,16 +75,17 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
      * before the request (as the in-flight lease) and closed with its answer.
      */
     attemptWebhookDelivery: async (input: AttemptInput): Promise<AttemptOutcome> => {
-      const context = await withSystemScope(deps.sql, (tx) => findDeliveryContext(tx, input.eventId, input.endpointId));
-      const goneReason = gone(context, input.trigger);
-      if (goneReason || !context) return { kind: 'gone', reason: goneReason ?? 'no such delivery' };
-      if (input.trigger === 'scheduled' && context.delivery.status === 'succeeded') {
-        return { kind: 'delivered', statusCode: 200 }; // an earlier try of this activity got through
-      }
-      const payload = JSON.stringify(await renderEvent(context.event, deps.signer));
       const activityAttempt = Context.current().info.attempt;
-      const opened = await withSystemScope(deps.sql, (tx) =>
-        openAttempt(tx, {
+      await loadSigner();
+      const prepared = await withSystemScope(deps.sql, async (tx) => {
+        const context = await lockDeliveryContext(tx, input.eventId, input.endpointId);
+        const goneReason = gone(context, input.trigger);
+        if (goneReason || !context) return { kind: 'gone' as const, reason: goneReason ?? 'no such delivery' };
+        if (input.trigger === 'scheduled' && context.delivery.status === 'succeeded') {
+          return { kind: 'delivered' as const, statusCode: 200 }; // an earlier try of this activity got through
+        }
+        const payload = JSON.stringify(await renderEvent(context.event, deps.signer));
+        const opened = await openAttempt(tx, {
           deliveryId: context.delivery.id,
           companyId: context.delivery.companyId,
           endpointId: context.endpoint.id,
@@ -85,8 +96,11 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
           url: context.endpoint.url,
           leaseMs: limits.attemptTimeoutMs + 5_000,
           maxInFlight: limits.maxInFlightPerEndpoint,
-        }),
-      );
+        });
+        return { kind: 'opened' as const, context, payload, opened };
+      });
+      if (prepared.kind !== 'opened') return prepared;
+      const { context, payload, opened } = prepared;
       if (opened === 'busy') {
         throw ApplicationFailure.retryable(
           `endpoint ${context.endpoint.id} has ${limits.maxInFlightPerEndpoint} attempts in flight`,
@@ -123,13 +137,11 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
     /** Ends a delivery; a failed one disables its endpoint unless it has succeeded since the delivery began. */
     concludeWebhookDelivery: async (input: { eventId: string; endpointId: string; status: 'failed' | 'canceled' }): Promise<{ endpointDisabled: boolean }> =>
       withSystemScope(deps.sql, async (tx) => {
-        const context = await findDeliveryContext(tx, input.eventId, input.endpointId);
-        if (!context) return { endpointDisabled: false };
-        await concludeDelivery(tx, context.delivery.id, input.status);
-        if (input.status !== 'failed') return { endpointDisabled: false };
+        const delivery = await concludeDelivery(tx, input.eventId, input.endpointId, input.status);
+        if (!delivery || input.status !== 'failed') return { endpointDisabled: false };
         const endpointDisabled = await disableFailingEndpoint(
           tx,
-          { endpointId: input.endpointId, createdAt: context.delivery.createdAt },
+          { endpointId: input.endpointId, createdAt: delivery.createdAt },
           `Every attempt to deliver ${input.eventId} failed; re-enable the endpoint once it answers 2xx.`,
         );
         return { endpointDisabled };
