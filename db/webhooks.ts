@@ -463,6 +463,9 @@ export async function openAttempt(tx: TransactionSql, start: AttemptStart): Prom
   return { attemptId: row!.id };
 }
 
+/** How stale an endpoint's last_success_at may be: it is rewritten at most this often. */
+const LAST_SUCCESS_GRANULARITY_S = 60;
+
 export interface AttemptResult {
   ok: boolean;
   statusCode: number | null;
@@ -482,7 +485,12 @@ export async function closeAttempt(tx: TransactionSql, attemptId: string, delive
     await tx`
       update webhook_deliveries set attempts = attempts + 1, status = 'succeeded', completed_at = coalesce(completed_at, now())
       where id = ${delivery.id}`;
-    await tx`update webhook_endpoints set last_success_at = now() where id = ${delivery.endpointId} and deleted_at is null`;
+    // Recorded at most once a minute: each write fires webhook_endpoints_guard and contends for the
+    // endpoint's row lock with every attempt being opened. disableFailingEndpoint allows for it.
+    await tx`
+      update webhook_endpoints set last_success_at = now()
+      where id = ${delivery.endpointId} and deleted_at is null
+        and (last_success_at is null or last_success_at < now() - ${LAST_SUCCESS_GRANULARITY_S} * interval '1 second')`;
   } else {
     await tx`update webhook_deliveries set attempts = attempts + 1 where id = ${delivery.id}`;
   }
@@ -577,12 +585,19 @@ export async function listAttempts(
  * After a delivery exhausted its schedule: disables its endpoint unless the endpoint succeeded with
  * anything since the delivery began (then it is not "failing", just this message). The status change
  * writes the `webhook_endpoint.disabled` event that tells the company. Returns whether it disabled.
+ *
+ * last_success_at is only moved when it is more than LAST_SUCCESS_GRANULARITY_S old (closeAttempt),
+ * so after a success at S it is at least S minus that much. Comparing it with the delivery's start
+ * minus the same margin therefore never disables an endpoint that succeeded since the delivery
+ * began; the price is that a success in the minute before the delivery began counts too (the
+ * endpoint then stays enabled, and the next delivery that exhausts its schedule disables it).
  */
 export async function disableFailingEndpoint(tx: TransactionSql, delivery: { endpointId: string; createdAt: Date }, reason: string): Promise<boolean> {
   const rows = await tx`
     update webhook_endpoints set status = 'disabled', disabled_reason = ${reason}, version = version + 1, updated_at = now()
     where id = ${delivery.endpointId} and status = 'enabled' and deleted_at is null
-      and (last_success_at is null or last_success_at < ${delivery.createdAt})
+      and (last_success_at is null
+           or last_success_at < ${delivery.createdAt}::timestamptz - ${LAST_SUCCESS_GRANULARITY_S} * interval '1 second')
     returning id`;
   return rows.length > 0;
 }
