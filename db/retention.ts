@@ -33,7 +33,8 @@ export const RETENTION_POLICIES: readonly RetentionPolicy[] = [
   },
   {
     // Webhook attempts are a debugging log, not a business record (the delivery row and the event
-    // stay): 30 days, as long as a receiver could reasonably ask what was sent.
+    // stay): 30 days, as long as a receiver could reasonably ask what was sent. Found through
+    // webhook_attempts_finished_idx (migration 00007), partial on the same `finished_at is not null`.
     name: 'webhook_attempts.finished',
     keepForMs: 30 * DAY_MS,
     async purge(tx, { olderThan, limit }) {
