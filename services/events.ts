@@ -27,6 +27,7 @@ async function renderSnapshot(event: StoredEvent, signer: TransferSigner): Promi
   }
 }
 
+/** A live endpoint has `previousSecretExpiresAt`; an event's snapshot does not record it (undefined). */
 type EndpointView = Pick<
   WebhookEndpoint,
   'id' | 'url' | 'description' | 'eventTypes' | 'status' | 'disabledReason' | 'createdAt' | 'updatedAt'
@@ -47,7 +48,11 @@ function endpointFromSnapshot(snapshot: Record<string, unknown>): EndpointView {
   };
 }
 
-/** An endpoint as the API shows it (never its secret: that is shown once, at creation or rotation). */
+/**
+ * An endpoint as the API shows it (never its secret: that is shown once, at creation or rotation).
+ * The one place `previous_secret_expires_at` is written: on a live endpoint always (null outside a
+ * rotation's overlap), on an event's object never (the snapshot does not record it).
+ */
 export function webhookEndpointResource(endpoint: EndpointView) {
   return {
     id: endpoint.id,
@@ -58,7 +63,9 @@ export function webhookEndpointResource(endpoint: EndpointView) {
     enabled: endpoint.status === 'enabled',
     status: endpoint.status,
     disabled_reason: endpoint.disabledReason,
-    ...(endpoint.previousSecretExpiresAt ? { previous_secret_expires_at: endpoint.previousSecretExpiresAt.toISOString() } : {}),
+    ...(endpoint.previousSecretExpiresAt !== undefined
+      ? { previous_secret_expires_at: endpoint.previousSecretExpiresAt?.toISOString() ?? null }
+      : {}),
     created_at: endpoint.createdAt.toISOString(),
     updated_at: endpoint.updatedAt.toISOString(),
   };

@@ -171,11 +171,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       async handler(ctx, { params, body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
         const endpoint = await rotateWebhookEndpointSecret(deps.sql, { companyId, environment }, params.id, body.overlap_seconds);
-        ctx.body = {
-          ...webhookEndpointResource(endpoint),
-          secret: endpoint.secret,
-          previous_secret_expires_at: endpoint.previousSecretExpiresAt?.toISOString() ?? null,
-        };
+        ctx.body = { ...webhookEndpointResource(endpoint), secret: endpoint.secret };
       },
     }),
     defineRoute({
