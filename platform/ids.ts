@@ -1,6 +1,7 @@
 import { randomFillSync } from 'node:crypto';
 
-export type IdPrefix = 'co' | 'op' | 'ses' | 'key' | 'wal' | 'acct' | 'sys' | 'tr' | 'hold' | 'ba' | 'we' | 'evt' | 'whd' | 'wha';
+// Events (evt_), webhook deliveries (whd_) and attempts (wha_) get their IDs in SQL (migration 00005).
+export type IdPrefix = 'co' | 'op' | 'ses' | 'key' | 'wal' | 'acct' | 'sys' | 'tr' | 'hold' | 'ba' | 'we';
 
 // UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version 7, a 12-bit counter (rand_a, method 1:
 // started at a random value below 2048 each millisecond and incremented within it, so IDs made by

@@ -26,7 +26,7 @@ export interface WebhookDeliveryLimits {
   maxPayloadBytes: number;
 }
 
-export const WEBHOOK_LIMITS_DEFAULT: WebhookDeliveryLimits = {
+const WEBHOOK_LIMITS_DEFAULT: WebhookDeliveryLimits = {
   attemptTimeoutMs: 15_000,
   maxInFlightPerEndpoint: 10,
   maxPayloadBytes: 256 * 1024,
@@ -40,7 +40,7 @@ export interface WebhookActivityDeps {
 }
 
 /** Standard Webhooks headers; during a secret rotation both secrets sign (space-separated). */
-export function webhookHeaders(secrets: string[], msgId: string, at: Date, payload: string): Record<string, string> {
+function webhookHeaders(secrets: string[], msgId: string, at: Date, payload: string): Record<string, string> {
   return {
     'webhook-id': msgId,
     'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),

@@ -48,9 +48,9 @@ export interface WebhookSenderOptions {
   lookup?: LookupFunction;
 }
 
-export const RESPONSE_BYTES_MAX_DEFAULT = 1024;
-export const ERROR_LENGTH_MAX = 500;
-export const LOCATION_LENGTH_MAX = 200;
+const RESPONSE_BYTES_MAX_DEFAULT = 1024;
+const ERROR_LENGTH_MAX = 500;
+const LOCATION_LENGTH_MAX = 200;
 const DEFAULT_USER_AGENT = 'payments-webhooks/1';
 /** Headers the sender owns: a caller setting them would break the message framing. */
 const RESERVED_HEADERS = new Set(['content-length', 'transfer-encoding', 'host', 'connection']);

@@ -22,9 +22,9 @@ export interface WebhookUrlPolicy {
   lookup?: (hostname: string) => Promise<string[]>;
 }
 
-export const WEBHOOK_URL_LENGTH_MAX = 2048;
+const WEBHOOK_URL_LENGTH_MAX = 2048;
 /** How long a host-name resolution may take before the URL counts as unresolvable. */
-export const WEBHOOK_URL_LOOKUP_TIMEOUT_MS = 5_000;
+const WEBHOOK_URL_LOOKUP_TIMEOUT_MS = 5_000;
 
 /**
  * Cloud instance-metadata endpoints: AWS/GCP/Azure/OpenStack (169.254.169.254), AWS over IPv6
@@ -110,7 +110,7 @@ function isAlwaysForbiddenAddress(address: string): boolean {
 }
 
 /** Refused unless private targets are allowed: `localhost` and the local-only suffixes. */
-export function isForbiddenHostName(hostname: string): boolean {
+function isForbiddenHostName(hostname: string): boolean {
   const name = hostname.toLowerCase().replace(/\.+$/, '');
   return name === 'localhost' || FORBIDDEN_NAME_SUFFIXES.some((suffix) => name.endsWith(suffix));
 }

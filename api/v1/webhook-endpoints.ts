@@ -35,14 +35,14 @@ const ZEvents = z
 const ZDescription = z.string().max(500);
 const ZEndpointParams = z.object({ id: z.string().max(100) });
 
-export const ZCreateWebhookEndpoint = z.strictObject({ url: ZUrl, events: ZEvents.optional(), description: ZDescription.optional() });
-export const ZUpdateWebhookEndpoint = z
+const ZCreateWebhookEndpoint = z.strictObject({ url: ZUrl, events: ZEvents.optional(), description: ZDescription.optional() });
+const ZUpdateWebhookEndpoint = z
   .strictObject({ url: ZUrl.optional(), events: ZEvents.optional(), description: ZDescription.optional(), enabled: z.boolean().optional() })
   .refine((body) => Object.keys(body).length > 0, { message: 'Send at least one of url, events, description, enabled.' });
-export const ZRotateSecret = z.strictObject({
+const ZRotateSecret = z.strictObject({
   overlap_seconds: z.number().int().min(0).max(ROTATION_OVERLAP_MAX_S).default(24 * 3600),
 });
-export const ZResend = z.strictObject({ event: z.string().min(1).max(100) });
+const ZResend = z.strictObject({ event: z.string().min(1).max(100) });
 
 function attemptResource(attempt: WebhookAttempt) {
   return {
