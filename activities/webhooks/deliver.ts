@@ -61,10 +61,10 @@ export function createWebhookActivities(deps: WebhookActivityDeps) {
   // The event is rendered (a transfer in it signed) inside the attempt's transaction. Only a signer's
   // first signature waits for the database (it loads the key, then serves it from memory, refreshed
   // in the background: services/signing.ts); waiting there for a pool connection while holding one
-  // could deadlock a busy pool, so one signature is made before the first transaction.
-  let signerLoaded: Promise<unknown> | undefined;
+  // could deadlock a busy pool, so the signer is warmed before the first transaction.
+  let signerLoaded: Promise<void> | undefined;
   const loadSigner = () =>
-    (signerLoaded ??= deps.signer.sign({}).catch((error: unknown) => {
+    (signerLoaded ??= deps.signer.warm().catch((error: unknown) => {
       signerLoaded = undefined;
       throw error;
     }));

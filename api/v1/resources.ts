@@ -61,6 +61,8 @@ export function transferResource(transfer: Omit<LedgerTransfer, 'version' | 'upd
 
 export interface TransferSigner {
   sign(object: Record<string, unknown>): Promise<string>;
+  /** Loads the signing key, so that sign() does not wait for the database. */
+  warm(): Promise<void>;
 }
 
 /** Every transfer object leaves signed (DESIGN 7): a detached JWS over the object without `signature`. */
