@@ -1,0 +1,13 @@
+-- Every step that resolves a hold finds its entries by hold_id: the settle, fail and return steps
+-- (db/rails.ts, holdOf: the hold and its clearing account), the release trigger
+-- (ledger_entries_hold_rules: a release must mirror a hold entry) and the commit-time check
+-- (ledger_holds_released: every hold entry has its release). Until now only releases were indexed
+-- by hold (ledger_entries_release_once, partial on kind = 'hold_release'), so the other three read
+-- the whole of ledger_entries, which grows with every transfer: the benchmark found them at 28 to
+-- 177 ms each once Shape B had written some 30,000 entries. Partial: posted entries (most of the
+-- table) have no hold.
+--
+-- Not CONCURRENTLY: postgres-shift runs migrations in a transaction, and the build blocks writes to
+-- ledger_entries while it runs. Where the table is already large, build it by hand first with
+-- `create index concurrently ledger_entries_hold_idx …` (same definition); this then does nothing.
+create index if not exists ledger_entries_hold_idx on ledger_entries (hold_id, kind) where hold_id is not null;
