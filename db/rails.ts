@@ -264,7 +264,8 @@ export interface NewRailTransfer extends Scope {
 
 /**
  * Creates a rail transfer as `pending` and reserves its money: a hold of the full source amount on
- * the wallet against the rail clearing account. An overdraw is refused by the database here.
+ * the wallet against the rail clearing account. An overdraw is refused by the database here. The
+ * hold's entries are its last statement: callers commit right after it.
  */
 export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTransfer): Promise<RailTransfer> {
   const [row] = await tx<RailTransferRow[]>`
@@ -276,11 +277,13 @@ export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTr
             ${transfer.fxRate}, ${transfer.workflowId})
     returning ${tx.unsafe(RAIL_COLUMNS)}`;
   await tx`insert into ledger_holds (id, company_id, transfer_id) values (${transfer.holdId}, ${transfer.companyId}, ${transfer.id})`;
+  await recordStatus(tx, transfer, 'pending', null);
+  // Last: the entries lock the wallet and the clearing account (every payout of the company takes
+  // them), so nothing else waits between them and the caller's commit.
   await insertEntries(tx, transfer, transfer.id, [
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold', holdId: transfer.holdId },
     { accountId: transfer.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold', holdId: transfer.holdId },
   ]);
-  await recordStatus(tx, transfer, 'pending', null);
   return toRailTransfer(row!);
 }
 

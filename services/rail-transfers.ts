@@ -114,7 +114,12 @@ export async function createPayoutTransfer(
   // FX rates come from outside the machine and the quote needs nothing the transaction reads: it is
   // taken before the transaction, which then never waits on a rate provider. A refused quote is
   // reported where it always was, after the destination and wallet checks.
-  const quoted = await quotePayout(deps.fxRates, request.source.currency, amount.minor, request.destination.currency).then(
+  const quoted = await quotePayout(
+    deps.fxRates,
+    request.source.currency,
+    amount.minor,
+    request.destination.currency,
+  ).then(
     (quote) => ({ ok: true as const, quote }),
     (error: unknown) => ({ ok: false as const, error }),
   );
@@ -152,26 +157,32 @@ export async function createPayoutTransfer(
     const { quote } = quoted;
     const clearing = await systemAccount(tx, scope, request.source.currency, 'rail_clearing', () => newId('sys'));
     const id = newId('tr');
-    let created: RailTransfer;
+    // The outbox row first: the hold below locks the company's wallet and clearing account, and the
+    // commit follows it directly (an overdraft aborts the whole transaction, outbox row included).
+    await insertOutboxEntry(tx, {
+      companyId: scope.companyId,
+      workflowType: TRANSFER_SETTLEMENT_WORKFLOW,
+      workflowId,
+      taskQueue: TASK_QUEUES.core,
+      payload: { ...input, transferId: id },
+    });
     try {
-      created = await tx.savepoint((sp) =>
-        createRailTransfer(sp, {
-          id,
-          holdId: newId('hold'),
-          ...scope,
-          idempotencyKey,
-          workflowId,
-          amount: amount.minor,
-          currency: request.source.currency,
-          sourceAccountId: wallet,
-          clearingAccountId: clearing,
-          destinationExternalAccountId: bank.id,
-          outAmount: quote.outMinor,
-          outCurrency: request.destination.currency,
-          feeAmount: quote.feeMinor,
-          fxRate: quote.rate,
-        }),
-      );
+      return await createRailTransfer(tx, {
+        id,
+        holdId: newId('hold'),
+        ...scope,
+        idempotencyKey,
+        workflowId,
+        amount: amount.minor,
+        currency: request.source.currency,
+        sourceAccountId: wallet,
+        clearingAccountId: clearing,
+        destinationExternalAccountId: bank.id,
+        outAmount: quote.outMinor,
+        outCurrency: request.destination.currency,
+        feeAmount: quote.feeMinor,
+        fxRate: quote.rate,
+      });
     } catch (error) {
       if ((error as { constraint_name?: string }).constraint_name === 'ledger_accounts_no_overdraft') {
         throw new DomainError(
@@ -182,19 +193,17 @@ export async function createPayoutTransfer(
       }
       throw error;
     }
-    await insertOutboxEntry(tx, {
-      companyId: scope.companyId,
-      workflowType: TRANSFER_SETTLEMENT_WORKFLOW,
-      workflowId,
-      taskQueue: TASK_QUEUES.core,
-      payload: { ...input, transferId: id },
-    });
-    return created;
   });
 
   let outcome: TransferSnapshot | undefined;
   try {
-    outcome = await startSettlement(deps.temporal, workflowId, { ...input, transferId: transfer.id }, idempotencyKey, deps.outcomeWaitMs);
+    outcome = await startSettlement(
+      deps.temporal,
+      workflowId,
+      { ...input, transferId: transfer.id },
+      idempotencyKey,
+      deps.outcomeWaitMs,
+    );
     await withSystemScope(deps.sql, (tx) => markOutboxDispatched(tx, workflowId, new Date()));
   } catch (error) {
     deps.logger.warn({ err: error, workflowId }, 'settlement workflow not started now; the outbox relay will start it');
