@@ -131,6 +131,7 @@ export async function runLoad(plan: LoadPlan): Promise<LoadResult> {
     sent,
     answeredTotal,
     cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    ...(plan.keepLatencies ? { latencies } : {}),
   };
 }
 

@@ -44,14 +44,16 @@ const run = promisify(execFile);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 10_000);
 const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 2_000);
+const SHAPE_A_ROUNDS = Number(process.env.BENCH_SHAPE_A_ROUNDS ?? 2);
 // Development knobs (the figures in the README come from a plain `npm run bench`):
-// BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_API_CPU_PROF=dir writes a
-// V8 CPU profile of the API process (`node --cpu-prof`) to dir when it stops. Partial and profiled runs,
-// and runs without pgbench, print their table but leave bench/results.* alone.
+// BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_CPU_PROF=dir writes V8
+// CPU profiles of the API and worker processes (`node --cpu-prof`) to dir when they stop, at the end
+// (pick the phase to profile with BENCH_PHASES). Partial and profiled runs, and runs without pgbench,
+// print their table but leave bench/results.* alone.
 const PHASES = new Set(
   (process.env.BENCH_PHASES ?? 'ceilings,shapeB,replay,shapeA').split(',').map((name) => name.trim()),
 );
-const API_CPU_PROF = process.env.BENCH_API_CPU_PROF;
+const CPU_PROF = process.env.BENCH_CPU_PROF;
 // BENCH_API_POOL_MAX overrides the API's DATABASE_POOL_MAX (default: the API's own default).
 const API_POOL_MAX = process.env.BENCH_API_POOL_MAX;
 // The pgbench ceilings need a pgbench (postgresql-client): the one on PATH, or PGBENCH=/path.
@@ -181,7 +183,11 @@ async function machineBusySeconds(): Promise<number> {
 }
 
 /** Runs a load phase and records the CPU each process group used during it. */
-async function measured(sql: Sql, name: string, phase: () => Promise<LoadResult>): Promise<LoadResult> {
+async function measured<T extends Pick<LoadResult, 'answeredTotal' | 'cpuSeconds'>>(
+  sql: Sql,
+  name: string,
+  phase: () => Promise<T>,
+): Promise<T> {
   await refreshBackendLabels(sql);
   const before = await cpuSnapshot();
   const machineBefore = await machineBusySeconds();
@@ -213,6 +219,7 @@ function cpuTable(): string {
     'bare-koa',
     'load generator',
     'worker',
+    'baseline-worker',
     'temporal',
   ];
   const OUTSIDE = 'outside the bench';
@@ -305,7 +312,12 @@ async function pgbench(
 // ---------------------------------------------------------------------------------------------
 // Temporal baseline: update-with-start of a one-local-activity workflow, closed loop.
 
-async function temporalBaseline(address: string): Promise<Figure> {
+type Round = Pick<LoadResult, 'answeredTotal' | 'cpuSeconds' | 'ok' | 'completed' | 'measuredMs' | 'networkErrors'> & {
+  latencies: number[];
+};
+
+async function temporalBaseline(address: string): Promise<Round> {
+  const cpuBefore = process.cpuUsage();
   const connection = await Connection.connect({ address });
   const client = new Client({ connection, namespace: 'default' });
   const runId = Math.random().toString(16).slice(2, 10);
@@ -313,6 +325,7 @@ async function temporalBaseline(address: string): Promise<Figure> {
   const latencies: number[] = [];
   let ok = 0;
   let errors = 0;
+  let answeredTotal = 0;
   const sampleErrors: string[] = [];
   const t = performance.now();
   const measureFrom = t + WARMUP_MS;
@@ -330,6 +343,7 @@ async function temporalBaseline(address: string): Promise<Figure> {
             workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
           }),
         });
+        answeredTotal++;
         if (t0 >= measureFrom) {
           ok++;
           latencies.push(performance.now() - t0);
@@ -344,10 +358,28 @@ async function temporalBaseline(address: string): Promise<Figure> {
   const measuredMs = performance.now() - measureFrom;
   await connection.close();
   if (sampleErrors.length > 0) log(`temporal baseline errors: ${sampleErrors.join(' | ')}`);
+  const cpu = process.cpuUsage(cpuBefore);
   return {
-    name: 'Temporal: bare update-with-start, 1 local activity',
-    throughput: (ok * 1000) / measuredMs,
-    latency: summarize(latencies),
+    ok,
+    completed: ok + errors,
+    networkErrors: 0,
+    measuredMs,
+    latencies,
+    // This process is the baseline's client: its CPU goes in the load generator's column.
+    answeredTotal,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
+  };
+}
+
+/** One figure from several rounds: requests and measured time summed, latencies pooled. */
+function pooled(name: string, rounds: Round[]): Figure {
+  const ok = rounds.reduce((sum, round) => sum + round.ok, 0);
+  const measuredMs = rounds.reduce((sum, round) => sum + round.measuredMs, 0);
+  const errors = rounds.reduce((sum, round) => sum + round.completed - round.ok + round.networkErrors, 0);
+  return {
+    name,
+    throughput: (ok * 1000) / Math.max(1, measuredMs),
+    latency: summarize(rounds.flatMap((round) => round.latencies)),
     errors,
   };
 }
@@ -371,6 +403,43 @@ async function topStatements(sql: Sql): Promise<StatementStat[]> {
     meanMs: row.mean_ms,
     query: row.query.replace(/\s+/g, ' ').slice(0, 160),
   }));
+}
+
+interface TableScans {
+  seqScan: number;
+  seqRowsRead: number;
+  indexScan: number;
+}
+
+/** Sequential and index scans per table so far (pg_stat_user_tables, cumulative). */
+async function tableScans(sql: Sql): Promise<Map<string, TableScans>> {
+  const rows = await sql<{ relname: string; seq_scan: bigint; seq_tup_read: bigint; idx_scan: bigint | null }[]>`
+    select relname, seq_scan::bigint, seq_tup_read::bigint, idx_scan::bigint from pg_stat_user_tables`;
+  return new Map(
+    rows.map((row) => [
+      row.relname,
+      { seqScan: Number(row.seq_scan), seqRowsRead: Number(row.seq_tup_read), indexScan: Number(row.idx_scan ?? 0) },
+    ]),
+  );
+}
+
+/**
+ * The tables read sequentially between two snapshots, most rows read first: on a hot path every
+ * lookup on a table that grows should be an index scan (small, fixed tables may be scanned).
+ */
+function scansSince(before: Map<string, TableScans>, after: Map<string, TableScans>) {
+  return [...after]
+    .map(([table, now]) => {
+      const then = before.get(table) ?? { seqScan: 0, seqRowsRead: 0, indexScan: 0 };
+      return {
+        table,
+        seqScans: now.seqScan - then.seqScan,
+        seqRowsRead: now.seqRowsRead - then.seqRowsRead,
+        indexScans: now.indexScan - then.indexScan,
+      };
+    })
+    .filter((row) => row.seqScans > 0)
+    .sort((a, b) => b.seqRowsRead - a.seqRowsRead);
 }
 
 async function main(): Promise<void> {
@@ -532,10 +601,10 @@ async function main(): Promise<void> {
       ...(API_POOL_MAX ? { DATABASE_POOL_MAX: API_POOL_MAX } : {}),
     });
     const apiUrl = `http://127.0.0.1:${apiPort}`;
-    const apiExecArgv = API_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${API_CPU_PROF}`] : [];
-    const [api] = await Promise.all([
-      forkReady('api', 'api/main.ts', env, 180_000, apiExecArgv),
-      forkReady('worker', 'workers/main.ts', env),
+    const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
+    await Promise.all([
+      forkReady('api', 'api/main.ts', env, 180_000, profile),
+      forkReady('worker', 'workers/main.ts', env, 180_000, profile),
     ]);
     await waitFor(
       "the API's /readyz to answer 200",
@@ -546,16 +615,19 @@ async function main(): Promise<void> {
     // Every transfer writes an event (the webhook outbox, migration 00005) that the worker then
     // dispatches. The ceilings above wrote tens of thousands with no worker running; let it work
     // through them first, so that the API phases pay for their own events only.
-    const backlog = await undispatchedEvents(sql);
-    const drainStarted = performance.now();
-    await waitFor(
-      "the worker to dispatch the ceilings' events",
-      async () => (await undispatchedEvents(sql)) === 0,
-      180_000,
-    );
-    log(
-      `worker dispatched the ceilings' ${backlog} events in ${((performance.now() - drainStarted) / 1000).toFixed(1)} s`,
-    );
+    const drainEvents = async (whose: string) => {
+      const backlog = await undispatchedEvents(sql);
+      const drainStarted = performance.now();
+      await waitFor(
+        `the worker to dispatch the ${whose} events`,
+        async () => (await undispatchedEvents(sql)) === 0,
+        180_000,
+      );
+      log(
+        `worker dispatched the ${whose} ${backlog} events in ${((performance.now() - drainStarted) / 1000).toFixed(1)} s`,
+      );
+    };
+    await drainEvents("ceilings'");
     const apiPlan = (mode: LoadPlan['mode'], extra: Partial<LoadPlan>, prefix: string): LoadPlan => ({
       baseUrl: apiUrl,
       path: '/v1/transfers',
@@ -596,10 +668,12 @@ async function main(): Promise<void> {
         return row!;
       };
       const before = await counters();
+      const scansBefore = await tableScans(sql);
       apiSpread = await measured(sql, 'API Shape B, spread', () =>
         load(apiPlan('shapeB', { accounts, recordLimit: 200_000 }, 'api-spread')),
       );
       const after = await counters();
+      results.shapeBSequentialScans = scansSince(scansBefore, await tableScans(sql));
       // Transfers are counted in their table, not from the statements: the hot path is one call of a
       // SQL function. Statements are the top-level ones sent by clients (the worker's included),
       // not those run inside functions and triggers.
@@ -636,33 +710,50 @@ async function main(): Promise<void> {
         `api replay: ${replay.throughput.toFixed(0)}/s replayed=${replay.replayed} ${JSON.stringify(replay.byStatus)}`,
       );
     }
-    if (API_CPU_PROF) {
-      await stopChild(api.child);
-      log(`api CPU profile written to ${API_CPU_PROF}`);
-    }
-
     // ---- 5. Shape A, and the bare Temporal baseline
     if (PHASES.has('shapeA')) {
+      // Shape B's transfers wrote their events too: Shape A pays for its own only.
+      await drainEvents("Shape B phases'");
       await sql`select pg_stat_statements_reset()`;
-      const shapeA = await measured(sql, 'API Shape A', () =>
-        load(apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId }, 'api-shape-a')),
-      );
+      const scansBefore = await tableScans(sql);
+      await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
+        ...process.env,
+        BENCH_TEMPORAL_ADDRESS: temporal.address,
+      });
+      // Rounds alternate Shape A and the bare workflow on the same Temporal server, and each side's
+      // figure pools its rounds: the dev server's latency drifts as its SQLite store grows, and a
+      // single pair of phases measured that drift as much as the difference.
+      const shapeARounds: Round[] = [];
+      const baselineRounds: Round[] = [];
+      for (let round = 1; round <= SHAPE_A_ROUNDS; round++) {
+        const shapeA = await measured(sql, `API Shape A, round ${round}`, () =>
+          load(
+            apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId, keepLatencies: true }, `api-shape-a-${round}`),
+          ),
+        );
+        shapeARounds.push({ ...shapeA, latencies: shapeA.latencies ?? [] });
+        log(
+          `api shape A, round ${round}: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
+        );
+        const baseline = await measured(sql, `Temporal baseline, round ${round}`, () =>
+          temporalBaseline(temporal!.address),
+        );
+        baselineRounds.push(baseline);
+        log(`temporal baseline, round ${round}: ${((baseline.ok * 1000) / baseline.measuredMs).toFixed(0)}/s`);
+      }
       results.shapeAStatements = await topStatements(sql);
-      figures.apiShapeA = figureOf('API Shape A payout (workflow)', shapeA);
-      log(
-        `api shape A: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
+      results.shapeASequentialScans = scansSince(scansBefore, await tableScans(sql));
+      results.shapeARounds = shapeARounds.map(({ latencies: _latencies, ...round }) => round);
+      results.baselineRounds = baselineRounds.map(({ latencies: _latencies, ...round }) => round);
+      figures.apiShapeA = pooled(`API Shape A payout (workflow), ${SHAPE_A_ROUNDS} rounds`, shapeARounds);
+      figures.temporalBaseline = pooled(
+        `Temporal: bare update-with-start, 1 local activity, ${SHAPE_A_ROUNDS} rounds`,
+        baselineRounds,
       );
       const [aStatus] = await sql<{ statuses: Record<string, number> }[]>`
       select coalesce(jsonb_object_agg(status, n), '{}') as statuses
       from (select status, count(*)::int as n from transfers where company_id = ${companyId} and rail = 'ach' group by status) s`;
       results.shapeAStatusesAfterRun = aStatus?.statuses;
-
-      await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
-        ...process.env,
-        BENCH_TEMPORAL_ADDRESS: temporal.address,
-      });
-      figures.temporalBaseline = await temporalBaseline(temporal.address);
-      log(`temporal baseline: ${figures.temporalBaseline.throughput.toFixed(0)}/s`);
     }
   } finally {
     for (const child of [...children].reverse()) await stopChild(child).catch(() => undefined);
@@ -733,12 +824,14 @@ async function main(): Promise<void> {
     cpuByPhase,
     ...results,
   };
-  if (PHASES.size === 4 && !API_CPU_PROF && !pgbenchMissing) {
+  if (PHASES.size === 4 && !CPU_PROF && !pgbenchMissing) {
     await writeFile(join(here, 'results.json'), `${JSON.stringify(json, null, 2)}\n`);
     await writeFile(join(here, 'results.md'), `# Benchmark results\n\n${machine}\n\n${table}\n`);
   } else log('partial or profiled run, or no pgbench: bench/results.* left as they are');
   console.log(`statements per Shape B transfer: ${JSON.stringify(results.shapeBStatements, null, 2)}`);
+  console.log(`sequential scans during Shape B: ${JSON.stringify(results.shapeBSequentialScans, null, 2)}`);
   console.log(`statements during Shape A: ${JSON.stringify(results.shapeAStatements, null, 2)}`);
+  console.log(`sequential scans during Shape A: ${JSON.stringify(results.shapeASequentialScans, null, 2)}`);
 }
 
 await main();

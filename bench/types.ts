@@ -28,6 +28,8 @@ export interface LoadPlan {
   recordLimit?: number;
   /** Prefix for this phase's Idempotency-Keys. */
   keyPrefix: string;
+  /** Return every measured latency in the result (small phases only: Shape A). */
+  keepLatencies?: boolean;
 }
 
 export interface LatencySummary {
@@ -59,6 +61,8 @@ export interface LoadResult {
   answeredTotal: number;
   /** CPU (user + system) the generator itself used while it ran the plan. */
   cpuSeconds?: number;
+  /** Every measured latency (ms), for pooling rounds: only when the plan asks (keepLatencies). */
+  latencies?: number[];
 }
 
 export function summarize(latencies: number[]): LatencySummary {
