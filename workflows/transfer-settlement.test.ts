@@ -19,7 +19,7 @@ import { Worker } from '@temporalio/worker';
 import { createActivities } from '../activities/index.ts';
 import { createSandboxAchRail, SANDBOX_MAGIC } from '../activities/rails/sandbox-ach.ts';
 import type { PayoutRail, PayoutRequest } from '../activities/rails/types.ts';
-import { createUnconfiguredLiveRail } from '../activities/transfers.ts';
+import { createTransferActivities, createUnconfiguredLiveRail } from '../activities/transfers.ts';
 import { type Sql } from '../db/client.ts';
 import { balancesOf, findLedgerAccount, transferHistory } from '../db/ledger.ts';
 import { createRailTransfer, insertExternalAccount, systemAccount } from '../db/rails.ts';
@@ -54,11 +54,12 @@ const HISTORIES_DIR = join(dirname(fileURLToPath(import.meta.url)), 'histories')
 const HISTORY_PREFIX = 'transfer-settlement-';
 /**
  * Recorded versions: v1 ran the submission and the ledger writes as remote activities; v2 (patch
- * `settlement-local-steps`) runs them as local activities. Recording (UPDATE_HISTORIES=1) writes the
- * current version; every version's histories keep replaying.
+ * `settlement-local-steps`) runs them as local activities; v3 (patch `settlement-submit-settles`)
+ * settles a payout the rail confirms at once in the submission's own local activity. Recording
+ * (UPDATE_HISTORIES=1) writes the current version; every version's histories keep replaying.
  */
-const HISTORY_VERSIONS = ['v1', 'v2'] as const;
-const CURRENT_HISTORY_VERSION = 'v2';
+const HISTORY_VERSIONS = ['v1', 'v2', 'v3'] as const;
+const CURRENT_HISTORY_VERSION = 'v3';
 /** The paths whose history is recorded and replayed by later versions of the workflow. */
 const RECORDED_PATHS = [
   'settled',
@@ -344,9 +345,9 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
     await assertWalletDebited(payout);
     const history = await replay(handle, 'settled');
-    // Version 2: the submission and the settlement are local activities (markers) and only polls are
-    // activity tasks; the whole quick path (patch, submit, settle, the return-window timer) is the
-    // first workflow task.
+    // Version 3: the submission, which settles a payout confirmed at once, is a local activity (a
+    // marker) and only polls are activity tasks; the whole quick path (patch, submit-and-settle, the
+    // return-window timer) is the first workflow task.
     const events = history.events ?? [];
     const types = events.map((event) => protos.temporal.api.enums.v1.EventType[event.eventType ?? 0]);
     const scheduled = events.flatMap((event) =>
@@ -356,14 +357,13 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     const firstTask = types.slice(0, types.indexOf('EVENT_TYPE_WORKFLOW_TASK_SCHEDULED', 2));
     assert.deepEqual(
       firstTask.filter((type) => type === 'EVENT_TYPE_MARKER_RECORDED' || type === 'EVENT_TYPE_TIMER_STARTED'),
-      [
-        'EVENT_TYPE_MARKER_RECORDED',
-        'EVENT_TYPE_MARKER_RECORDED',
-        'EVENT_TYPE_MARKER_RECORDED',
-        'EVENT_TYPE_TIMER_STARTED',
-      ],
-      `patch, submit and settle markers, then the timer, in the first workflow task: ${firstTask.join(', ')}`,
+      ['EVENT_TYPE_MARKER_RECORDED', 'EVENT_TYPE_MARKER_RECORDED', 'EVENT_TYPE_TIMER_STARTED'],
+      `patch and submit-and-settle markers, then the timer, in the first workflow task: ${firstTask.join(', ')}`,
     );
+    const markers = events.flatMap((event) =>
+      event.markerRecordedEventAttributes ? [event.markerRecordedEventAttributes.markerName] : [],
+    );
+    assert.deepEqual(markers, ['core_patch', 'core_local_activity'], 'one patch marker: the newest');
     const elapsed = elapsedMs(history);
     assert.ok(elapsed >= 60 * DAY_MS && elapsed < 61 * DAY_MS, `the return window lasted 60 days (${elapsed} ms)`);
   });
@@ -553,17 +553,13 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
       assert.equal(final.status, expected === 'settled' ? 'settled' : 'failed');
       const history = await replay(handle);
       if (expected === 'settled') {
-        // Started with its search attributes, the run upserts only the status changes (and the SDK
-        // records the patch in TemporalChangeVersion).
+        // Started with its search attributes, the run upserts only its status change, straight from
+        // pending to settled (and the SDK records the patch in TemporalChangeVersion).
         const upserts = (history.events ?? []).flatMap((event) => {
           const fields = event.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields;
           return fields ? [Object.keys(fields).sort().join(',')] : [];
         });
-        assert.deepEqual(upserts, [
-          'TemporalChangeVersion',
-          SEARCH_ATTRIBUTES.objectStatus.name,
-          SEARCH_ATTRIBUTES.objectStatus.name,
-        ]);
+        assert.deepEqual(upserts, ['TemporalChangeVersion', SEARCH_ATTRIBUTES.objectStatus.name]);
         await assertSearchAttributes(handle, payout, 'settled');
       }
     }
@@ -581,6 +577,30 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.equal(observed.inner.submissionCount() > 0, true);
     await assertWalletDebited(payout);
     await replay(handle);
+  });
+
+  it('submitAndSettleTransfer: a retry after the settling commit answers the same, without a second submission', async () => {
+    const payout = await createPayout('75.00');
+    const activities = createTransferActivities({
+      sql: appSql,
+      rails: { sandbox: observed.rail, live: createUnconfiguredLiveRail() },
+    });
+    const ref = { transferId: payout.transferId, companyId: payout.companyId, environment: 'sandbox' as const };
+    const first = await activities.submitAndSettleTransfer(ref);
+    assert.equal(first.submission.outcome, 'confirmed');
+    assert.equal(first.settled?.status, 'settled');
+    assert.equal(first.settled?.railReference, first.submission.reference);
+    // Both status changes are recorded, in the one transaction.
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
+    // The answer was lost (a worker crash): the retry finds the transfer settled.
+    assert.deepEqual(await activities.submitAndSettleTransfer(ref), {
+      submission: { reference: first.submission.reference, outcome: 'confirmed' },
+      settled: first.settled,
+    });
+    assert.equal(observed.submits.get(payout.transferId), 1, 'the rail saw one submission');
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
   });
 
   it('submits again at the next poll when every attempt failed and the outcome is unknown', async () => {

@@ -68,6 +68,13 @@ const LEDGER_OPTIONS = {
  * Runs started before version 2 replay with the remote activities they were started with.
  */
 const LOCAL_STEPS_PATCH = 'settlement-local-steps';
+/**
+ * Version 3 (patch `settlement-submit-settles`, which implies version 2): the submission settles a
+ * payout the rail confirms at once in the same local activity and transaction
+ * (submitAndSettleTransfer), so the quick path is one local activity, one status upsert and two
+ * database transactions instead of two, two and three. Its runs record this patch only.
+ */
+const SUBMIT_SETTLES_PATCH = 'settlement-submit-settles';
 const LOCAL_RETRY_THRESHOLD = '1 millisecond';
 const remoteSubmit = proxyActivities<TransferActivities>(SUBMIT_OPTIONS);
 const remoteLedger = proxyActivities<TransferActivities>(LEDGER_OPTIONS);
@@ -146,8 +153,10 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     );
   }
   const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
-  const localStepsVersion = patched(LOCAL_STEPS_PATCH);
-  const { submitTransferToRail } = localStepsVersion ? localSubmit : remoteSubmit;
+  // Newest first: a new run records only the newest patch; an older run's history answers each.
+  const submitSettlesVersion = patched(SUBMIT_SETTLES_PATCH);
+  const localStepsVersion = submitSettlesVersion || patched(LOCAL_STEPS_PATCH);
+  const { submitTransferToRail, submitAndSettleTransfer } = localStepsVersion ? localSubmit : remoteSubmit;
   const { settleTransfer, failTransfer, returnTransfer } = localStepsVersion ? localLedger : remoteLedger;
   const confirmationTimeoutMs = positiveMs(
     'confirmationTimeoutMs',
@@ -263,9 +272,14 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
 
   /** One submission; undefined when the answer is unknown (every attempt failed transiently). */
   let refused: string | undefined;
+  /** Version 3: the transfer as the submission settled it (the rail confirmed at once). */
+  let settledBySubmission: TransferSnapshot | undefined;
   const submit = async (): Promise<PayoutSubmission | undefined> => {
     try {
-      return await submitTransferToRail(ref);
+      if (!submitSettlesVersion) return await submitTransferToRail(ref);
+      const { submission, settled } = await submitAndSettleTransfer(ref);
+      settledBySubmission = settled;
+      return submission;
     } catch (error) {
       const cause = activityFailureCause(error);
       if (cause === undefined) throw error;
@@ -312,8 +326,11 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
           firstOutcomeApplied = true;
         } else {
           // The rail's own synchronous answer wins over any signal that raced it. The update keeps
-          // waiting (firstOutcomeApplied stays false) until the answer is applied.
-          adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
+          // waiting (firstOutcomeApplied stays false) until the answer is applied. Settled by the
+          // submission (version 3), the run goes straight to settled: no processing upsert.
+          if (settledBySubmission === undefined) {
+            adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
+          }
           decided =
             submission.outcome === 'confirmed'
               ? { outcome: 'confirmed' }
@@ -355,7 +372,7 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
 
   // 2. Settle: the hold is posted through fees and FX.
   phase = 'settling';
-  adopt(await settleTransfer(ref));
+  adopt(settledBySubmission ?? (await settleTransfer(ref)));
   firstOutcomeApplied = true;
   if (snapshot.status !== 'settled' || snapshot.railReference === null) return finish();
 
