@@ -44,7 +44,8 @@ const run = promisify(execFile);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 10_000);
 const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 2_000);
-const SHAPE_A_ROUNDS = Number(process.env.BENCH_SHAPE_A_ROUNDS ?? 2);
+// Rounds of the compared pairs (bare route and API Shape B; bare workflow and API Shape A).
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 // Development knobs (the figures in the README come from a plain `npm run bench`):
 // BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_CPU_PROF=dir writes V8
 // CPU profiles of the API and worker processes (`node --cpu-prof`) to dir when they stop, at the end
@@ -518,6 +519,7 @@ async function main(): Promise<void> {
     log(`tenant ${companyId}: ${ACCOUNTS} funded accounts`);
 
     // ---- 2. pgbench ceilings (skipped when there is no pgbench: the API's ratios to them stay empty)
+    let bare: Awaited<ReturnType<typeof forkReady>> | undefined;
     if (PHASES.has('ceilings')) {
       const pgbenchVersion = await run(PGBENCH, ['--version']).then(
         ({ stdout }) => stdout.trim(),
@@ -561,34 +563,17 @@ async function main(): Promise<void> {
         results.pgbenchOutput = { spread: pgbenchSpread.raw, hot: pgbenchHot.raw, hotPath: pgbenchHotPath.raw };
       }
 
-      // ---- 3. bare Koa + postgres.js route
-      const bare = await forkReady('bare-koa', 'bench/bare-server.ts', {
+      // ---- 3. bare Koa + postgres.js route (measured below, in rounds with the API's Shape B)
+      bare = await forkReady('bare-koa', 'bench/bare-server.ts', {
         ...process.env,
         BENCH_DATABASE_URL: database.url,
         BENCH_COMPANY_ID: companyId,
         BENCH_POOL_MAX: String(CONCURRENCY),
       });
-      const bareUrl = `http://127.0.0.1:${String(bare.ready.port)}`;
-      const barePlan = (mode: 'bare', list: string[], prefix: string): LoadPlan => ({
-        baseUrl: bareUrl,
-        path: '/transfers',
-        mode,
-        concurrency: CONCURRENCY,
-        warmupMs: WARMUP_MS,
-        durationMs: PHASE_MS,
-        accounts: list,
-        keyPrefix: prefix,
-      });
-      const bareSpread = await measured(sql, 'bare Koa, spread', () => load(barePlan('bare', accounts, 'bare-spread')));
-      figures.bareSpread = figureOf(`bare Koa + postgres.js route, ${ACCOUNTS} accounts`, bareSpread);
-      log(`bare koa spread: ${bareSpread.throughput.toFixed(0)}/s ${JSON.stringify(bareSpread.byStatus)}`);
-      const bareHot = await load(barePlan('bare', hot, 'bare-hot'));
-      figures.bareHot = figureOf(`bare Koa + postgres.js route, ${HOT_ACCOUNTS} hot accounts`, bareHot);
-      log(`bare koa hot: ${bareHot.throughput.toFixed(0)}/s ${JSON.stringify(bareHot.byStatus)}`);
-      await stopChild(bare.child);
     }
 
-    // ---- 4. the real API, and the worker (for Shape A)
+    // ---- 4. the real API (the worker starts for Shape A: until then nothing dispatches events, in
+    //      the bare route's phases and the API's alike)
     const env: NodeJS.ProcessEnv = { ...process.env };
     for (const name of Object.keys(env)) if (name.startsWith('TEST_') || name.startsWith('BENCH_')) delete env[name];
     Object.assign(env, {
@@ -602,19 +587,16 @@ async function main(): Promise<void> {
     });
     const apiUrl = `http://127.0.0.1:${apiPort}`;
     const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
-    await Promise.all([
-      forkReady('api', 'api/main.ts', env, 180_000, profile),
-      forkReady('worker', 'workers/main.ts', env, 180_000, profile),
-    ]);
+    await forkReady('api', 'api/main.ts', env, 180_000, profile);
     await waitFor(
       "the API's /readyz to answer 200",
       async () => (await fetch(`${apiUrl}/readyz`, { signal: AbortSignal.timeout(5_000) })).status === 200,
       60_000,
     );
-    log('api and worker ready');
+    log('api ready');
     // Every transfer writes an event (the webhook outbox, migration 00005) that the worker then
-    // dispatches. The ceilings above wrote tens of thousands with no worker running; let it work
-    // through them first, so that the API phases pay for their own events only.
+    // dispatches. Before Shape A the worker works through every event written so far, so that Shape
+    // A pays for its own only.
     const drainEvents = async (whose: string) => {
       const backlog = await undispatchedEvents(sql);
       const drainStarted = performance.now();
@@ -627,7 +609,6 @@ async function main(): Promise<void> {
         `worker dispatched the ${whose} ${backlog} events in ${((performance.now() - drainStarted) / 1000).toFixed(1)} s`,
       );
     };
-    await drainEvents("ceilings'");
     const apiPlan = (mode: LoadPlan['mode'], extra: Partial<LoadPlan>, prefix: string): LoadPlan => ({
       baseUrl: apiUrl,
       path: '/v1/transfers',
@@ -657,40 +638,82 @@ async function main(): Promise<void> {
       });
       if (response.status !== 201) throw new Error(`priming request: ${response.status} ${await response.text()}`);
     };
-    let apiSpread: LoadResult | undefined;
-    if (PHASES.has('shapeB')) {
-      await prime();
-      await sql`select pg_stat_statements_reset()`;
-      const counters = async () => {
-        const [row] = await sql<{ commits: bigint; transfers: bigint }[]>`
-        select (select xact_commit::bigint from pg_stat_database where datname = current_database()) as commits,
-               (select count(*)::bigint from transfers where company_id = ${companyId}) as transfers`;
-        return row!;
-      };
-      const before = await counters();
-      const scansBefore = await tableScans(sql);
-      apiSpread = await measured(sql, 'API Shape B, spread', () =>
-        load(apiPlan('shapeB', { accounts, recordLimit: 200_000 }, 'api-spread')),
-      );
-      const after = await counters();
-      results.shapeBSequentialScans = scansSince(scansBefore, await tableScans(sql));
-      // Transfers are counted in their table, not from the statements: the hot path is one call of a
-      // SQL function. Statements are the top-level ones sent by clients (the worker's included),
-      // not those run inside functions and triggers.
-      const transferCalls = Number(after.transfers - before.transfers);
-      const statementStats = await topStatements(sql);
-      const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
-      results.shapeBStatements = {
-        transfers: transferCalls,
-        statementsPerTransfer: transferCalls ? totalCalls / transferCalls : null,
-        commitsPerTransfer: transferCalls ? Number(after.commits - before.commits) / transferCalls : null,
-        top: statementStats,
-      };
-      figures.apiSpread = figureOf(`API Shape B, ${ACCOUNTS} accounts`, apiSpread);
-      log(
-        `api shape B spread: ${apiSpread.throughput.toFixed(0)}/s ${JSON.stringify(apiSpread.byStatus)} ${apiSpread.sampleErrors.join(' | ')}`,
-      );
+    const barePlan = (list: string[], prefix: string): LoadPlan => ({
+      baseUrl: `http://127.0.0.1:${String(bare?.ready.port)}`,
+      path: '/transfers',
+      mode: 'bare',
+      concurrency: CONCURRENCY,
+      warmupMs: WARMUP_MS,
+      durationMs: PHASE_MS,
+      accounts: list,
+      keyPrefix: prefix,
+      keepLatencies: true,
+    });
+    const roundOf = (result: LoadResult): Round => ({ ...result, latencies: result.latencies ?? [] });
+    // Spread: rounds alternate the bare route and the API, and each side pools its rounds. One phase
+    // of each, always in the same order, measured the order (the ledger grows with every phase) and
+    // the machine's drift as much as the difference.
+    const bareRounds: Round[] = [];
+    const apiRounds: LoadResult[] = [];
+    for (let round = 1; round <= ROUNDS && (bare || PHASES.has('shapeB')); round++) {
+      if (bare) {
+        const result = await measured(sql, `bare Koa, spread, round ${round}`, () =>
+          load(barePlan(accounts, `bare-spread-${round}`)),
+        );
+        bareRounds.push(roundOf(result));
+        log(`bare koa spread, round ${round}: ${result.throughput.toFixed(0)}/s ${JSON.stringify(result.byStatus)}`);
+      }
+      if (PHASES.has('shapeB')) {
+        await prime();
+        // The statements of the last round (pg_stat_statements counts every client's).
+        await sql`select pg_stat_statements_reset()`;
+        const counters = async () => {
+          const [row] = await sql<{ commits: bigint; transfers: bigint }[]>`
+          select (select xact_commit::bigint from pg_stat_database where datname = current_database()) as commits,
+                 (select count(*)::bigint from transfers where company_id = ${companyId}) as transfers`;
+          return row!;
+        };
+        const before = await counters();
+        const scansBefore = await tableScans(sql);
+        const result = await measured(sql, `API Shape B, spread, round ${round}`, () =>
+          load(apiPlan('shapeB', { accounts, recordLimit: 200_000, keepLatencies: true }, `api-spread-${round}`)),
+        );
+        apiRounds.push(result);
+        const after = await counters();
+        results.shapeBSequentialScans = scansSince(scansBefore, await tableScans(sql));
+        // Transfers are counted in their table, not from the statements: the hot path is one call of
+        // a SQL function. Statements are the top-level ones sent by clients, not those run inside
+        // functions and triggers.
+        const transferCalls = Number(after.transfers - before.transfers);
+        const statementStats = await topStatements(sql);
+        const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
+        results.shapeBStatements = {
+          transfers: transferCalls,
+          statementsPerTransfer: transferCalls ? totalCalls / transferCalls : null,
+          commitsPerTransfer: transferCalls ? Number(after.commits - before.commits) / transferCalls : null,
+          top: statementStats,
+        };
+        log(
+          `api shape B spread, round ${round}: ${result.throughput.toFixed(0)}/s ${JSON.stringify(result.byStatus)} ${result.sampleErrors.join(' | ')}`,
+        );
+      }
+    }
+    if (bareRounds.length > 0) {
+      figures.bareSpread = pooled(`bare Koa + postgres.js route, ${ACCOUNTS} accounts, ${ROUNDS} rounds`, bareRounds);
+    }
+    const apiSent = apiRounds.flatMap((result) => result.sent);
+    if (apiRounds.length > 0) {
+      figures.apiSpread = pooled(`API Shape B, ${ACCOUNTS} accounts, ${ROUNDS} rounds`, apiRounds.map(roundOf));
+    }
 
+    // Hot accounts: one phase each, side by side.
+    if (bare) {
+      const bareHot = await load(barePlan(hot, 'bare-hot'));
+      figures.bareHot = figureOf(`bare Koa + postgres.js route, ${HOT_ACCOUNTS} hot accounts`, bareHot);
+      log(`bare koa hot: ${bareHot.throughput.toFixed(0)}/s ${JSON.stringify(bareHot.byStatus)}`);
+      await stopChild(bare.child);
+    }
+    if (PHASES.has('shapeB')) {
       await prime();
       const apiHot = await measured(sql, 'API Shape B, hot', () =>
         load(apiPlan('shapeB', { accounts: hot }, 'api-hot')),
@@ -701,9 +724,9 @@ async function main(): Promise<void> {
       );
     }
 
-    if (PHASES.has('replay') && apiSpread) {
+    if (PHASES.has('replay') && apiSent.length > 0) {
       const replay = await measured(sql, 'API Shape B, replay', () =>
-        load(apiPlan('replay', { replay: apiSpread.sent }, 'api-replay')),
+        load(apiPlan('replay', { replay: apiSent }, 'api-replay')),
       );
       figures.apiReplay = figureOf('API Shape B idempotent replay', replay, `${replay.replayed} replayed`);
       log(
@@ -712,8 +735,9 @@ async function main(): Promise<void> {
     }
     // ---- 5. Shape A, and the bare Temporal baseline
     if (PHASES.has('shapeA')) {
-      // Shape B's transfers wrote their events too: Shape A pays for its own only.
-      await drainEvents("Shape B phases'");
+      await forkReady('worker', 'workers/main.ts', env, 180_000, profile);
+      log('worker ready');
+      await drainEvents("earlier phases'");
       await sql`select pg_stat_statements_reset()`;
       const scansBefore = await tableScans(sql);
       await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
@@ -725,10 +749,14 @@ async function main(): Promise<void> {
       // single pair of phases measured that drift as much as the difference.
       const shapeARounds: Round[] = [];
       const baselineRounds: Round[] = [];
-      for (let round = 1; round <= SHAPE_A_ROUNDS; round++) {
+      for (let round = 1; round <= ROUNDS; round++) {
         const shapeA = await measured(sql, `API Shape A, round ${round}`, () =>
           load(
-            apiPlan('shapeA', { achAccountId: tenant.sandbox.achAccountId, keepLatencies: true }, `api-shape-a-${round}`),
+            apiPlan(
+              'shapeA',
+              { achAccountId: tenant.sandbox.achAccountId, keepLatencies: true },
+              `api-shape-a-${round}`,
+            ),
           ),
         );
         shapeARounds.push({ ...shapeA, latencies: shapeA.latencies ?? [] });
@@ -745,9 +773,9 @@ async function main(): Promise<void> {
       results.shapeASequentialScans = scansSince(scansBefore, await tableScans(sql));
       results.shapeARounds = shapeARounds.map(({ latencies: _latencies, ...round }) => round);
       results.baselineRounds = baselineRounds.map(({ latencies: _latencies, ...round }) => round);
-      figures.apiShapeA = pooled(`API Shape A payout (workflow), ${SHAPE_A_ROUNDS} rounds`, shapeARounds);
+      figures.apiShapeA = pooled(`API Shape A payout (workflow), ${ROUNDS} rounds`, shapeARounds);
       figures.temporalBaseline = pooled(
-        `Temporal: bare update-with-start, 1 local activity, ${SHAPE_A_ROUNDS} rounds`,
+        `Temporal: bare update-with-start, 1 local activity, ${ROUNDS} rounds`,
         baselineRounds,
       );
       const [aStatus] = await sql<{ statuses: Record<string, number> }[]>`
