@@ -99,6 +99,15 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     return started;
   }
 
+  /** A fresh tenant with one endpoint, for every event, on a new receiver answering as `respond` says. */
+  async function subscribedTenant(...respond: Parameters<typeof startWebhookReceiver>) {
+    const tenant = await newTenant();
+    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
+    const hooks = await receiver(...respond);
+    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    return { tenant, scope, hooks, endpoint };
+  }
+
   async function transfer(tenant: Tenant, amount = 100n): Promise<{ transferId: string; eventId: string }> {
     const created = await createLedgerTransfer(
       appSql,
@@ -145,9 +154,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   }
 
   it('delivers a transfer event at once, signed the Standard Webhooks way, with the signed transfer inside', async () => {
-    const tenant = await newTenant();
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, { companyId: tenant.companyId, environment: 'sandbox' }, { url: hooks.url }, POLICY);
+    const { tenant, hooks, endpoint } = await subscribedTenant();
     const { transferId, eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     const result: WebhookDeliveryResult = await handle.result();
@@ -184,10 +191,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('walks the whole schedule: seven failures then success, same webhook-id, every signature valid', async () => {
-    const tenant = await newTenant();
     const big = 'x'.repeat(4096) + 'é';
-    const hooks = await receiver((_request, index) => (index < 7 ? { status: index % 2 ? 500 : 404, body: big } : { status: 204 }));
-    const endpoint = await createWebhookEndpoint(appSql, { companyId: tenant.companyId, environment: 'sandbox' }, { url: hooks.url }, POLICY);
+    const { tenant, hooks, endpoint } = await subscribedTenant((_request, index) => (index < 7 ? { status: index % 2 ? 500 : 404, body: big } : { status: 204 }));
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     const started = Date.now();
@@ -261,11 +266,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('does not disable an endpoint that succeeded since the failed delivery began', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     let doomed = '';
-    const hooks = await receiver((request) => (request.headers['webhook-id'] === doomed ? { status: 500 } : { status: 200 }));
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, endpoint } = await subscribedTenant((request) => (request.headers['webhook-id'] === doomed ? { status: 500 } : { status: 200 }));
     const first = await transfer(tenant);
     doomed = first.eventId;
     const handle = await dispatch(first.eventId, endpoint.id);
@@ -289,10 +291,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   }
 
   it('stops when the endpoint is deleted between attempts', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver(() => ({ status: 500 }));
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant(() => ({ status: 500 }));
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     await waitForAttempts(tenant.companyId, endpoint.id, 1);
@@ -307,11 +306,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('counts no answer within the timeout as a failure', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     let hang = true;
-    const hooks = await receiver(() => (hang ? 'hang' : { status: 200 }));
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, endpoint } = await subscribedTenant(() => (hang ? 'hang' : { status: 200 }));
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     await waitForAttempts(tenant.companyId, endpoint.id, 1);
@@ -324,10 +320,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('signs with both secrets during a rotation overlap, and with the new one alone after', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant();
     const rotated = await rotateWebhookEndpointSecret(appSql, scope, endpoint.id, 3600);
     assert.notEqual(rotated.secret, endpoint.secret);
     const first = await transfer(tenant);
@@ -347,10 +340,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('resends by hand: one manual attempt with the original webhook-id, once per idempotency key', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     await (await dispatch(eventId, endpoint.id)).result();
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
@@ -378,11 +368,8 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('still delivers on schedule an event resent by hand before it was dispatched, when the resend failed', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     let down = true;
-    const hooks = await receiver(() => (down ? { status: 503, body: 'down' } : { status: 200 }));
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant(() => (down ? { status: 503, body: 'down' } : { status: 200 }));
     const { eventId } = await transfer(tenant);
     // The resend creates the delivery before the dispatcher has seen the event.
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
@@ -406,10 +393,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('sends nothing more on schedule for an event a resend delivered before it was dispatched', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
     const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-delivered-before-dispatch' });
@@ -424,10 +408,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('holds an endpoint to its in-flight limit', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, hooks, endpoint } = await subscribedTenant();
     // Ten leases held by attempts in flight for another delivery (the default limit): this one waits.
     // The blocker's event counts as dispatched, so the dispatcher starts no workflow for it.
     const blocker = await transfer(tenant);
@@ -453,10 +434,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('starts a delivery a dead dispatcher recorded but never started, on a later pass', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, scope, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     // What a dispatcher that died between its commit and its starts leaves: delivery, outbox row, no run.
     const workflowId = webhookDeliveryWorkflowId(eventId, endpoint.id);
@@ -477,10 +455,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('records a start Temporal refused on its outbox row, and restarts it on a pass that looks for stranded deliveries', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     const workflowId = webhookDeliveryWorkflowId(eventId, endpoint.id);
     const refusing = {
@@ -560,10 +535,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   });
 
   it('cancels a delivery whose payload is over the size limit, recording why', async () => {
-    const tenant = await newTenant();
-    const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
-    const hooks = await receiver();
-    const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
+    const { tenant, hooks, endpoint } = await subscribedTenant();
     // A stored event whose object is larger than the worker's 64 KiB limit.
     const { eventId } = await transfer(tenant);
     await database.sql`alter table events disable trigger events_guard`;
