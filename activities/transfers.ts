@@ -2,8 +2,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Sql, TransactionSql } from '../db/client.ts';
 import {
   failRailTransfer,
-  findExternalAccount,
   findRailTransfer,
+  findRailTransferWithAccount,
   markRailTransferProcessing,
   returnRailTransfer,
   settleRailTransfer,
@@ -105,9 +105,12 @@ export function createTransferActivities(deps: TransferActivityDeps) {
     ref: TransferRef,
     from: readonly TransferStatus[],
     change: (tx: TransactionSql, transfer: RailTransfer) => Promise<RailTransfer | undefined>,
+    known?: RailTransfer,
   ): Promise<TransferSnapshot> {
     return withTenant(deps.sql, ref.companyId, async (tx) => {
-      const transfer = await findRailTransfer(tx, scopeOf(ref), ref.transferId);
+      // `known`: the transfer as read just before (by submit); a stale copy only makes the guarded
+      // change miss, and the retry reads afresh.
+      const transfer = known ?? (await findRailTransfer(tx, scopeOf(ref), ref.transferId));
       if (!transfer) throw notFound(ref);
       if (!from.includes(transfer.status)) return snapshotOf(transfer);
       const after = await change(tx, transfer);
@@ -130,15 +133,11 @@ export function createTransferActivities(deps: TransferActivityDeps) {
    */
   async function submit(input: TransferRef, settleIfConfirmed: boolean): Promise<SubmitAndSettleTransferResult> {
     const scope = scopeOf(input);
-    const loaded = await withTenant(deps.sql, input.companyId, async (tx) => {
-      const transfer = await findRailTransfer(tx, scope, input.transferId);
-      const account = transfer
-        ? await findExternalAccount(tx, scope, transfer.destinationExternalAccountId)
-        : undefined;
-      return { transfer, account };
-    });
+    const loaded = await withTenant(deps.sql, input.companyId, (tx) =>
+      findRailTransferWithAccount(tx, scope, input.transferId),
+    );
+    if (!loaded) throw notFound(input);
     const { transfer, account } = loaded;
-    if (!transfer) throw notFound(input);
     if (settleIfConfirmed && transfer.status === 'settled' && transfer.railReference !== null) {
       return { submission: { reference: transfer.railReference, outcome: 'confirmed' }, settled: snapshotOf(transfer) };
     }
@@ -171,14 +170,24 @@ export function createTransferActivities(deps: TransferActivityDeps) {
         ? { reference: answer.reference, outcome: answer.outcome }
         : { reference: answer.reference, outcome: answer.outcome, reason: clip(answer.reason) };
     if (settleIfConfirmed && answer.outcome === 'confirmed') {
-      const settled = await transition(input, ['pending', 'processing'], async (tx, current) => {
-        const processing =
-          current.status === 'pending' ? await markRailTransferProcessing(tx, current, answer.reference) : current;
-        return processing && settleRailTransfer(tx, processing, () => newId('sys'));
-      });
+      const settled = await transition(
+        input,
+        ['pending', 'processing'],
+        async (tx, current) => {
+          const processing =
+            current.status === 'pending' ? await markRailTransferProcessing(tx, current, answer.reference) : current;
+          return processing && settleRailTransfer(tx, processing, () => newId('sys'));
+        },
+        transfer,
+      );
       return { submission, settled };
     }
-    await transition(input, ['pending'], (tx, current) => markRailTransferProcessing(tx, current, answer.reference));
+    await transition(
+      input,
+      ['pending'],
+      (tx, current) => markRailTransferProcessing(tx, current, answer.reference),
+      transfer,
+    );
     return { submission };
   }
 

@@ -32,15 +32,13 @@ describe('indexes on growing tables', () => {
     assert.match(purge, /webhook_attempts_finished_idx/, purge);
   });
 
-  // The hold's entries: db/rails.ts holdOf (settle, fail and return), and the statements inside the
+  // The hold's entries: db/rails.ts resolveHold (settle and fail), and the statements inside the
   // triggers of migration 00004 (ledger_entries_hold_rules, ledger_holds_released).
   const HOLD = "'hold_0000'";
   for (const [name, statement] of [
     [
-      'holdOf: a transfer’s hold and its clearing account',
-      `select h.id, h.status, e.account_id as clearing_account_id
-       from ledger_holds h join ledger_entries e on e.hold_id = h.id and e.kind = 'hold' and e.amount > 0
-       where h.transfer_id = 'tr_0000'`,
+      'resolveHold: the clearing account a hold credited',
+      `select e.account_id from ledger_entries e where e.hold_id = ${HOLD} and e.kind = 'hold' and e.amount > 0`,
     ],
     [
       'ledger_entries_hold_rules: the hold entry a release mirrors',

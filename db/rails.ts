@@ -17,7 +17,11 @@ export interface SystemAccountRef {
 const refKey = (ref: SystemAccountRef) => `${ref.purpose} ${ref.currency}`;
 
 /** The IDs of those of the company's system accounts that exist, by `refKey`. One query. */
-async function findSystemAccounts(tx: TransactionSql, scope: Scope, refs: SystemAccountRef[]): Promise<Map<string, string>> {
+async function findSystemAccounts(
+  tx: TransactionSql,
+  scope: Scope,
+  refs: SystemAccountRef[],
+): Promise<Map<string, string>> {
   const rows = await tx<{ id: string; system_purpose: SystemPurpose; currency: string }[]>`
     select a.id, a.system_purpose, a.currency from ledger_accounts a
     join unnest(${refs.map((ref) => ref.purpose)}::text[], ${refs.map((ref) => ref.currency)}::text[]) as wanted(purpose, currency)
@@ -27,7 +31,11 @@ async function findSystemAccounts(tx: TransactionSql, scope: Scope, refs: System
 }
 
 /** The company's system account for a purpose and currency, if it has been opened. */
-export async function findSystemAccount(tx: TransactionSql, scope: Scope, ref: SystemAccountRef): Promise<string | undefined> {
+export async function findSystemAccount(
+  tx: TransactionSql,
+  scope: Scope,
+  ref: SystemAccountRef,
+): Promise<string | undefined> {
   return (await findSystemAccounts(tx, scope, [ref])).get(refKey(ref));
 }
 
@@ -98,28 +106,47 @@ export async function insertExternalAccount(tx: TransactionSql, account: Externa
             ${account.label}, ${account.routingNumber}, ${account.accountLast4})`;
 }
 
-export async function findExternalAccount(tx: TransactionSql, scope: Scope, id: string): Promise<ExternalAccount | undefined> {
-  const [row] = await tx<
-    { id: string; company_id: string; environment: Environment; rail: 'ach'; currency: string; label: string; routing_number: string; account_last4: string }[]
-  >`
+interface ExternalAccountRow {
+  id: string;
+  company_id: string;
+  environment: Environment;
+  rail: 'ach';
+  currency: string;
+  label: string;
+  routing_number: string;
+  account_last4: string;
+}
+
+function toExternalAccount(row: ExternalAccountRow): ExternalAccount {
+  return {
+    id: row.id,
+    companyId: row.company_id,
+    environment: row.environment,
+    rail: row.rail,
+    currency: row.currency,
+    label: row.label,
+    routingNumber: row.routing_number,
+    accountLast4: row.account_last4,
+  };
+}
+
+export async function findExternalAccount(
+  tx: TransactionSql,
+  scope: Scope,
+  id: string,
+): Promise<ExternalAccount | undefined> {
+  const [row] = await tx<ExternalAccountRow[]>`
     select id, company_id, environment, rail, currency, label, routing_number, account_last4 from external_accounts
     where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment}`;
-  return row
-    ? {
-        id: row.id,
-        companyId: row.company_id,
-        environment: row.environment,
-        rail: row.rail,
-        currency: row.currency,
-        label: row.label,
-        routingNumber: row.routing_number,
-        accountLast4: row.account_last4,
-      }
-    : undefined;
+  return row ? toExternalAccount(row) : undefined;
 }
 
 /** The wallet a rail payout draws from: the company's oldest wallet in that currency. */
-export async function findFundingWallet(tx: TransactionSql, scope: Scope, currency: string): Promise<string | undefined> {
+export async function findFundingWallet(
+  tx: TransactionSql,
+  scope: Scope,
+  currency: string,
+): Promise<string | undefined> {
   const [row] = await tx<{ id: string }[]>`
     select id from ledger_accounts
     where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency} and type = 'wallet'
@@ -198,14 +225,90 @@ function toRailTransfer(row: RailTransferRow): RailTransfer {
 const RAIL_COLUMNS =
   'id, company_id, environment, idempotency_key, status, version, amount, currency, source_account_id, destination_external_account_id, out_amount, out_currency, fee_amount, fx_rate::text as fx_rate, rail_reference, failure_reason, workflow_id, created_at, updated_at';
 
-export async function findRailTransfer(tx: TransactionSql, scope: Scope, id: string): Promise<RailTransfer | undefined> {
+export async function findRailTransfer(
+  tx: TransactionSql,
+  scope: Scope,
+  id: string,
+): Promise<RailTransfer | undefined> {
   const [row] = await tx<RailTransferRow[]>`
     select ${tx.unsafe(RAIL_COLUMNS)} from transfers
     where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment} and rail = 'ach'`;
   return row ? toRailTransfer(row) : undefined;
 }
 
-export async function findRailTransferByKey(tx: TransactionSql, scope: Scope, key: string): Promise<RailTransfer | undefined> {
+/** A rail transfer and the bank account it pays out to, in one statement (a submission needs both). */
+export async function findRailTransferWithAccount(
+  tx: TransactionSql,
+  scope: Scope,
+  id: string,
+): Promise<{ transfer: RailTransfer; account: ExternalAccount | undefined } | undefined> {
+  const [row] = await tx<(RailTransferRow & { account: ExternalAccountRow | null })[]>`
+    select t.*, (select to_jsonb(a) from (
+             select id, company_id, environment, rail, currency, label, routing_number, account_last4
+             from external_accounts
+             where id = t.destination_external_account_id and company_id = t.company_id and environment = t.environment
+           ) a) as account
+    from (select ${tx.unsafe(RAIL_COLUMNS)} from transfers
+          where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment} and rail = 'ach') t`;
+  if (!row) return undefined;
+  return { transfer: toRailTransfer(row), account: row.account ? toExternalAccount(row.account) : undefined };
+}
+
+/** What creating a payout reads, found in one statement (see findPayoutContext). */
+export interface PayoutContext {
+  /** The transfer already created under this Idempotency-Key (a retry after a crash). */
+  existing: RailTransfer | undefined;
+  bank: ExternalAccount | undefined;
+  /** The funding wallet: the company's oldest wallet in the source currency (findFundingWallet). */
+  wallet: string | undefined;
+  /** The rail clearing account in the source currency, when it has been opened (systemAccount opens it). */
+  clearing: string | undefined;
+}
+
+/**
+ * The four reads before a payout's hold (findRailTransferByKey, findExternalAccount,
+ * findFundingWallet, findSystemAccount for `rail_clearing`) in one statement: one round trip
+ * instead of four.
+ */
+export async function findPayoutContext(
+  tx: TransactionSql,
+  scope: Scope,
+  wanted: { idempotencyKey: string; externalAccountId: string; currency: string },
+): Promise<PayoutContext> {
+  const [row] = await tx<
+    (Partial<RailTransferRow> & { bank: ExternalAccountRow | null; wallet: string | null; clearing: string | null })[]
+  >`
+    select t.*,
+      (select to_jsonb(a) from (
+         select id, company_id, environment, rail, currency, label, routing_number, account_last4 from external_accounts
+         where id = ${wanted.externalAccountId} and company_id = ${scope.companyId} and environment = ${scope.environment}
+       ) a) as bank,
+      (select id from ledger_accounts
+       where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${wanted.currency}
+         and type = 'wallet'
+       order by id limit 1) as wallet,
+      (select id from ledger_accounts
+       where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${wanted.currency}
+         and type = 'system' and system_purpose = 'rail_clearing') as clearing
+    from (select 1) as one
+    left join (
+      select ${tx.unsafe(RAIL_COLUMNS)} from transfers
+      where company_id = ${scope.companyId} and environment = ${scope.environment}
+        and idempotency_key = ${wanted.idempotencyKey} and rail = 'ach'
+    ) t on true`;
+  return {
+    existing: row!.id ? toRailTransfer(row as RailTransferRow) : undefined,
+    bank: row!.bank ? toExternalAccount(row!.bank) : undefined,
+    wallet: row!.wallet ?? undefined,
+    clearing: row!.clearing ?? undefined,
+  };
+}
+
+export async function findRailTransferByKey(
+  tx: TransactionSql,
+  scope: Scope,
+  key: string,
+): Promise<RailTransfer | undefined> {
   const [row] = await tx<RailTransferRow[]>`
     select ${tx.unsafe(RAIL_COLUMNS)} from transfers
     where company_id = ${scope.companyId} and environment = ${scope.environment} and idempotency_key = ${key} and rail = 'ach'`;
@@ -241,11 +344,6 @@ async function insertEntries(tx: TransactionSql, scope: Scope, transferId: strin
     order by l.n`;
 }
 
-async function recordStatus(tx: TransactionSql, transfer: { id: string; companyId: string }, status: TransferStatus, reason: string | null) {
-  await tx`insert into transfer_status_history (transfer_id, company_id, status, reason)
-           values (${transfer.id}, ${transfer.companyId}, ${status}, ${reason})`;
-}
-
 export interface NewRailTransfer extends Scope {
   id: string;
   holdId: string;
@@ -268,21 +366,40 @@ export interface NewRailTransfer extends Scope {
  * hold's entries are its last statement: callers commit right after it.
  */
 export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTransfer): Promise<RailTransfer> {
+  // The transfer, its hold and its first status in one statement (the foreign keys are checked at
+  // its end, when the transfer row exists); the entries follow in a second.
   const [row] = await tx<RailTransferRow[]>`
-    insert into transfers (id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id,
-                           destination_external_account_id, source_rail, out_amount, out_currency, fee_amount, fx_rate, workflow_id)
-    values (${transfer.id}, ${transfer.companyId}, ${transfer.environment}, ${transfer.idempotencyKey}, 'ach', 'pending',
-            ${transfer.amount.toString()}, ${transfer.currency}, ${transfer.sourceAccountId}, ${transfer.destinationExternalAccountId},
-            'stablecoin', ${transfer.outAmount.toString()}, ${transfer.outCurrency}, ${transfer.feeAmount.toString()},
-            ${transfer.fxRate}, ${transfer.workflowId})
-    returning ${tx.unsafe(RAIL_COLUMNS)}`;
-  await tx`insert into ledger_holds (id, company_id, transfer_id) values (${transfer.holdId}, ${transfer.companyId}, ${transfer.id})`;
-  await recordStatus(tx, transfer, 'pending', null);
+    with created as (
+      insert into transfers (id, company_id, environment, idempotency_key, rail, status, amount, currency, source_account_id,
+                             destination_external_account_id, source_rail, out_amount, out_currency, fee_amount, fx_rate, workflow_id)
+      values (${transfer.id}, ${transfer.companyId}, ${transfer.environment}, ${transfer.idempotencyKey}, 'ach', 'pending',
+              ${transfer.amount.toString()}, ${transfer.currency}, ${transfer.sourceAccountId}, ${transfer.destinationExternalAccountId},
+              'stablecoin', ${transfer.outAmount.toString()}, ${transfer.outCurrency}, ${transfer.feeAmount.toString()},
+              ${transfer.fxRate}, ${transfer.workflowId})
+      returning ${tx.unsafe(RAIL_COLUMNS)}
+    ), hold as (
+      insert into ledger_holds (id, company_id, transfer_id) select ${transfer.holdId}, company_id, id from created
+    ), history as (
+      insert into transfer_status_history (transfer_id, company_id, status, reason) select id, company_id, 'pending', null from created
+    )
+    select * from created`;
   // Last: the entries lock the wallet and the clearing account (every payout of the company takes
   // them), so nothing else waits between them and the caller's commit.
   await insertEntries(tx, transfer, transfer.id, [
-    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold', holdId: transfer.holdId },
-    { accountId: transfer.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold', holdId: transfer.holdId },
+    {
+      accountId: transfer.sourceAccountId,
+      currency: transfer.currency,
+      amount: -transfer.amount,
+      kind: 'hold',
+      holdId: transfer.holdId,
+    },
+    {
+      accountId: transfer.clearingAccountId,
+      currency: transfer.currency,
+      amount: transfer.amount,
+      kind: 'hold',
+      holdId: transfer.holdId,
+    },
   ]);
   return toRailTransfer(row!);
 }
@@ -298,24 +415,38 @@ async function advance(
   to: TransferStatus,
   fields: { railReference?: string; failureReason?: string } = {},
 ): Promise<RailTransfer | undefined> {
+  // The status history row is written only when the guarded update matched (one statement).
   const [row] = await tx<RailTransferRow[]>`
-    update transfers
-    set status = ${to}, version = version + 1, updated_at = now(),
-        rail_reference = coalesce(${fields.railReference ?? null}, rail_reference),
-        failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason)
-    where id = ${transfer.id} and status = any(${from}) and version = ${transfer.version}
-    returning ${tx.unsafe(RAIL_COLUMNS)}`;
-  if (!row) return undefined;
-  await recordStatus(tx, transfer, to, fields.failureReason ?? null);
-  return toRailTransfer(row);
+    with moved as (
+      update transfers
+      set status = ${to}, version = version + 1, updated_at = now(),
+          rail_reference = coalesce(${fields.railReference ?? null}, rail_reference),
+          failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason)
+      where id = ${transfer.id} and status = any(${from}) and version = ${transfer.version}
+      returning ${tx.unsafe(RAIL_COLUMNS)}
+    ), history as (
+      insert into transfer_status_history (transfer_id, company_id, status, reason)
+      select id, company_id, ${to}, ${fields.failureReason ?? null} from moved
+    )
+    select * from moved`;
+  return row ? toRailTransfer(row) : undefined;
 }
 
-async function holdOf(tx: TransactionSql, transferId: string): Promise<{ id: string; status: string; clearingAccountId: string }> {
-  const [row] = await tx<{ id: string; status: string; clearing_account_id: string }[]>`
-    select h.id, h.status, e.account_id as clearing_account_id
-    from ledger_holds h join ledger_entries e on e.hold_id = h.id and e.kind = 'hold' and e.amount > 0
-    where h.transfer_id = ${transferId}`;
-  return { id: row!.id, status: row!.status, clearingAccountId: row!.clearing_account_id };
+/**
+ * Resolves the transfer's hold (posted or voided) and returns it with the clearing account its
+ * hold entry credited, in one statement.
+ */
+async function resolveHold(
+  tx: TransactionSql,
+  transferId: string,
+  status: 'posted' | 'voided',
+): Promise<{ id: string; clearingAccountId: string }> {
+  const [row] = await tx<{ id: string; clearing_account_id: string }[]>`
+    update ledger_holds h set status = ${status}, resolved_at = now()
+    where h.transfer_id = ${transferId}
+    returning h.id, (select e.account_id from ledger_entries e
+                     where e.hold_id = h.id and e.kind = 'hold' and e.amount > 0) as clearing_account_id`;
+  return { id: row!.id, clearingAccountId: row!.clearing_account_id };
 }
 
 // Each step below returns the transfer after it, or undefined when it was not in the step's `from`
@@ -357,31 +488,58 @@ export async function settleRailTransfer(
 ): Promise<RailTransfer | undefined> {
   const settled = await advance(tx, transfer, ['processing'], 'settled');
   if (!settled) return undefined;
-  const hold = await holdOf(tx, transfer.id);
-  await tx`update ledger_holds set status = 'posted', resolved_at = now() where id = ${hold.id}`;
+  const hold = await resolveHold(tx, transfer.id, 'posted');
   const { fees, fxIn, fxOut, payouts } = await settlementAccounts(tx, transfer, newSystemId);
   const lines: EntryLine[] = [
-    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
-    { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
+    {
+      accountId: transfer.sourceAccountId,
+      currency: transfer.currency,
+      amount: -transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
+    {
+      accountId: hold.clearingAccountId,
+      currency: transfer.currency,
+      amount: transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'posted' },
     { accountId: fxIn, currency: transfer.currency, amount: transfer.amount - transfer.feeAmount, kind: 'posted' },
     { accountId: fxOut, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
     { accountId: payouts, currency: transfer.outCurrency, amount: transfer.outAmount, kind: 'posted' },
   ];
-  if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: transfer.feeAmount, kind: 'posted' });
+  if (transfer.feeAmount > 0n)
+    lines.push({ accountId: fees, currency: transfer.currency, amount: transfer.feeAmount, kind: 'posted' });
   await insertEntries(tx, transfer, transfer.id, lines);
   return settled;
 }
 
 /** The rail refused or never confirmed: the hold is voided, the money is available again. Idempotent. */
-export async function failRailTransfer(tx: TransactionSql, transfer: RailTransfer, reason: string): Promise<RailTransfer | undefined> {
+export async function failRailTransfer(
+  tx: TransactionSql,
+  transfer: RailTransfer,
+  reason: string,
+): Promise<RailTransfer | undefined> {
   const failed = await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason });
   if (!failed) return undefined;
-  const hold = await holdOf(tx, transfer.id);
-  await tx`update ledger_holds set status = 'voided', resolved_at = now() where id = ${hold.id}`;
+  const hold = await resolveHold(tx, transfer.id, 'voided');
   await insertEntries(tx, transfer, transfer.id, [
-    { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'hold_release', holdId: hold.id },
-    { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind: 'hold_release', holdId: hold.id },
+    {
+      accountId: transfer.sourceAccountId,
+      currency: transfer.currency,
+      amount: -transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
+    {
+      accountId: hold.clearingAccountId,
+      currency: transfer.currency,
+      amount: transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
   ]);
   return failed;
 }
@@ -405,7 +563,8 @@ export async function returnRailTransfer(
     { accountId: fxOut, currency: transfer.outCurrency, amount: transfer.outAmount, kind: 'posted' },
     { accountId: payouts, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
   ];
-  if (transfer.feeAmount > 0n) lines.push({ accountId: fees, currency: transfer.currency, amount: -transfer.feeAmount, kind: 'posted' });
+  if (transfer.feeAmount > 0n)
+    lines.push({ accountId: fees, currency: transfer.currency, amount: -transfer.feeAmount, kind: 'posted' });
   await insertEntries(tx, transfer, transfer.id, lines);
   return returned;
 }
