@@ -1,18 +1,11 @@
 import { createHash } from 'node:crypto';
 import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
-import type { Sql } from '../db/client.ts';
+import type { Sql, TransactionSql } from '../db/client.ts';
 import type { Environment, LedgerTransfer } from '../db/ledger.ts';
 import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
-import {
-  createRailTransfer,
-  findExternalAccount,
-  findFundingWallet,
-  findRailTransferByKey,
-  systemAccount,
-  type RailTransfer,
-} from '../db/rails.ts';
-import { withSystemScope, withTenant } from '../db/tenant.ts';
+import { createRailTransfer, findPayoutContext, systemAccount, type RailTransfer } from '../db/rails.ts';
+import { withTenant } from '../db/tenant.ts';
 import type { Logger } from '../platform/logger.ts';
 import { newId } from '../platform/ids.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
@@ -97,12 +90,17 @@ export function settlementWorkflowId(companyId: string, environment: Environment
  * joins the same run, and its answer says where the payout stands. If Temporal cannot be reached the
  * transfer stays `pending` and the outbox relay starts the same workflow later: the 201 is durable
  * either way.
+ *
+ * `record`, when given, runs in the transaction that marks the outbox row dispatched, with the
+ * answer: the route stores its response under the Idempotency-Key there, so that the key's
+ * completion and the outbox mark cost one transaction instead of two.
  */
 export async function createPayoutTransfer(
   deps: RailTransferDeps,
   scope: { companyId: string; environment: Environment },
   request: RailTransferRequest,
   idempotencyKey: string,
+  record?: (tx: TransactionSql, transfer: PayoutTransfer) => Promise<void>,
 ): Promise<PayoutTransfer> {
   const amount = parseDecimalAmount(request.source.amount, request.source.currency);
   if (!amount.ok) {
@@ -125,9 +123,14 @@ export async function createPayoutTransfer(
   );
 
   const transfer = await withTenant(deps.sql, scope.companyId, async (tx) => {
-    const existing = await findRailTransferByKey(tx, scope, idempotencyKey);
-    if (existing) return existing; // a retry after a crash: the transfer and its hold exist already
-    const bank = await findExternalAccount(tx, scope, request.destination.account);
+    const context = await findPayoutContext(tx, scope, {
+      idempotencyKey,
+      externalAccountId: request.destination.account,
+      currency: request.source.currency,
+    });
+    // A retry after a crash: the transfer and its hold exist already.
+    if (context.existing) return context.existing;
+    const { bank, wallet } = context;
     if (!bank) {
       throw new DomainError(
         'not_found',
@@ -145,7 +148,6 @@ export async function createPayoutTransfer(
         `The bank account is in ${bank.currency}, not ${request.destination.currency}.`,
       );
     }
-    const wallet = await findFundingWallet(tx, scope, request.source.currency);
     if (!wallet) {
       throw new DomainError(
         'unprocessable',
@@ -155,11 +157,14 @@ export async function createPayoutTransfer(
     }
     if (!quoted.ok) throw quoted.error;
     const { quote } = quoted;
-    const clearing = await systemAccount(tx, scope, request.source.currency, 'rail_clearing', () => newId('sys'));
+    const clearing =
+      context.clearing ??
+      (await systemAccount(tx, scope, request.source.currency, 'rail_clearing', () => newId('sys')));
     const id = newId('tr');
     // The outbox row first: the hold below locks the company's wallet and clearing account, and the
     // commit follows it directly (an overdraft aborts the whole transaction, outbox row included).
-    await insertOutboxEntry(tx, {
+    // Not awaited before the transfer's statement: both travel in one write.
+    const outboxed = insertOutboxEntry(tx, {
       companyId: scope.companyId,
       workflowType: TRANSFER_SETTLEMENT_WORKFLOW,
       workflowId,
@@ -167,22 +172,26 @@ export async function createPayoutTransfer(
       payload: { ...input, transferId: id },
     });
     try {
-      return await createRailTransfer(tx, {
-        id,
-        holdId: newId('hold'),
-        ...scope,
-        idempotencyKey,
-        workflowId,
-        amount: amount.minor,
-        currency: request.source.currency,
-        sourceAccountId: wallet,
-        clearingAccountId: clearing,
-        destinationExternalAccountId: bank.id,
-        outAmount: quote.outMinor,
-        outCurrency: request.destination.currency,
-        feeAmount: quote.feeMinor,
-        fxRate: quote.rate,
-      });
+      const [, created] = await Promise.all([
+        outboxed,
+        createRailTransfer(tx, {
+          id,
+          holdId: newId('hold'),
+          ...scope,
+          idempotencyKey,
+          workflowId,
+          amount: amount.minor,
+          currency: request.source.currency,
+          sourceAccountId: wallet,
+          clearingAccountId: clearing,
+          destinationExternalAccountId: bank.id,
+          outAmount: quote.outMinor,
+          outCurrency: request.destination.currency,
+          feeAmount: quote.feeMinor,
+          fxRate: quote.rate,
+        }),
+      ]);
+      return created;
     } catch (error) {
       if ((error as { constraint_name?: string }).constraint_name === 'ledger_accounts_no_overdraft') {
         throw new DomainError(
@@ -204,13 +213,28 @@ export async function createPayoutTransfer(
       idempotencyKey,
       deps.outcomeWaitMs,
     );
-    await withSystemScope(deps.sql, (tx) => markOutboxDispatched(tx, workflowId, new Date()));
   } catch (error) {
     deps.logger.warn({ err: error, workflowId }, 'settlement workflow not started now; the outbox relay will start it');
   }
   // Without an outcome (not started now) the answer is the transfer as committed (or found) above:
-  // `pending` for a new one.
-  return payoutTransferOf(transfer, outcome);
+  // `pending` for a new one, and the outbox row stays for the relay.
+  const answer = payoutTransferOf(transfer, outcome);
+  if (outcome === undefined && record === undefined) return answer;
+  const dispatchedAt = new Date();
+  const finish = withTenant(deps.sql, scope.companyId, async (tx) => {
+    const marked = outcome === undefined ? undefined : markOutboxDispatched(tx, workflowId, dispatchedAt);
+    // Sent behind the mark without waiting for it: one round trip for both statements.
+    const recorded = record?.(tx, answer);
+    await Promise.all([marked, recorded]);
+  });
+  if (record !== undefined) await finish;
+  else {
+    // Nothing to record: a lost mark only means that the relay starts (joins) the run again later.
+    await finish.catch((error: unknown) => {
+      deps.logger.warn({ err: error, workflowId }, 'outbox row not marked dispatched; the relay will join the run');
+    });
+  }
+  return answer;
 }
 
 /** Starts (or joins) the settlement workflow and returns its first outcome (awaitTransferOutcome). */

@@ -20,7 +20,10 @@ export const ZShapeA = z.strictObject({
   source: z.strictObject({
     currency: ZCurrencyCode,
     rail: z.literal('stablecoin'),
-    amount: z.string().max(40).regex(/^(0|[1-9]\d*)(\.\d+)?$/, 'a decimal string such as "100.50"'),
+    amount: z
+      .string()
+      .max(40)
+      .regex(/^(0|[1-9]\d*)(\.\d+)?$/, 'a decimal string such as "100.50"'),
   }),
   destination: z.strictObject({
     currency: ZCurrencyCode,
@@ -76,10 +79,19 @@ export function postTransfer(deps: TransferRouteDeps) {
       if (typeof body.source !== 'string') {
         const shapeA = body as z.infer<typeof ZShapeA>;
         await idempotency.claimThenRun(async () => {
-          const transfer = await createPayoutTransfer({ sql: deps.sql, ...deps.rails }, { companyId, environment }, shapeA, idempotency.key);
-          ctx.status = 201;
-          ctx.set('Location', `/v1/transfers/${transfer.id}`);
-          ctx.body = await signed(deps.signer, transferResource(transfer));
+          const claimed = ctx.state.idempotency;
+          if (!claimed) throw new Error('claimThenRun runs its handler with the claimed key');
+          // The response is stored under the key in the transaction that marks the workflow started.
+          await createPayoutTransfer(
+            { sql: deps.sql, ...deps.rails },
+            { companyId, environment },
+            shapeA,
+            idempotency.key,
+            async (tx, transfer) => {
+              const body = await signed(deps.signer, transferResource(transfer));
+              await claimed.recordResponse(tx, { status: 201, body, location: `/v1/transfers/${transfer.id}` });
+            },
+          );
         });
         return;
       }
@@ -90,7 +102,12 @@ export function postTransfer(deps: TransferRouteDeps) {
         const { transfer, write } = prepareLedgerTransfer(
           deps.sql,
           { companyId, environment },
-          { amount: BigInt(shapeB.amount), currency: shapeB.currency, source: shapeB.source, destination: shapeB.destination },
+          {
+            amount: BigInt(shapeB.amount),
+            currency: shapeB.currency,
+            source: shapeB.source,
+            destination: shapeB.destination,
+          },
           idempotency.key,
         );
         const response = await signed(deps.signer, transferResource(transfer));
