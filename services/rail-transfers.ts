@@ -83,6 +83,14 @@ export function settlementWorkflowId(companyId: string, environment: Environment
   return transferWorkflowId(companyId, environment, safe);
 }
 
+/** What the route's idempotency layer does inside the payout's transactions (createPayoutTransfer). */
+export interface PayoutIdempotencySteps {
+  /** Claims the Idempotency-Key: the hold transaction's first statement. */
+  claim?: (tx: TransactionSql) => Promise<void>;
+  /** Stores the answer under the key, in the transaction that marks the outbox row dispatched. */
+  record?: (tx: TransactionSql, transfer: PayoutTransfer) => Promise<void>;
+}
+
 /**
  * Shape A: a stablecoin payout over ACH. The transfer, its hold on the wallet and an outbox row are
  * written in one transaction (insufficient funds is known before anything leaves); then the
@@ -91,17 +99,19 @@ export function settlementWorkflowId(companyId: string, environment: Environment
  * transfer stays `pending` and the outbox relay starts the same workflow later: the 201 is durable
  * either way.
  *
- * `record`, when given, runs in the transaction that marks the outbox row dispatched, with the
- * answer: the route stores its response under the Idempotency-Key there, so that the key's
- * completion and the outbox mark cost one transaction instead of two.
+ * The route's idempotency steps ride in these transactions (`steps`): `claim` is the first statement
+ * of the hold's transaction (the key is claimed with the hold, not in a transaction of its own), and
+ * `record` runs, with the answer, in the transaction that marks the outbox row dispatched (the
+ * response is stored under the key there).
  */
 export async function createPayoutTransfer(
   deps: RailTransferDeps,
   scope: { companyId: string; environment: Environment },
   request: RailTransferRequest,
   idempotencyKey: string,
-  record?: (tx: TransactionSql, transfer: PayoutTransfer) => Promise<void>,
+  steps: PayoutIdempotencySteps = {},
 ): Promise<PayoutTransfer> {
+  const { claim, record } = steps;
   const amount = parseDecimalAmount(request.source.amount, request.source.currency);
   if (!amount.ok) {
     const code = amount.error === 'currency' ? 'UNSUPPORTED_CURRENCY' : 'INVALID_AMOUNT';
@@ -123,11 +133,17 @@ export async function createPayoutTransfer(
   );
 
   const transfer = await withTenant(deps.sql, scope.companyId, async (tx) => {
-    const context = await findPayoutContext(tx, scope, {
-      idempotencyKey,
-      externalAccountId: request.destination.account,
-      currency: request.source.currency,
-    });
+    // The claim and the reads travel in one write; a claim refused (the key exists) aborts the
+    // transaction before anything is written.
+    const claimed = claim?.(tx);
+    const [, context] = await Promise.all([
+      claimed,
+      findPayoutContext(tx, scope, {
+        idempotencyKey,
+        externalAccountId: request.destination.account,
+        currency: request.source.currency,
+      }),
+    ]);
     // A retry after a crash: the transfer and its hold exist already.
     if (context.existing) return context.existing;
     const { bank, wallet } = context;

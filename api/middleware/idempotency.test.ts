@@ -15,7 +15,7 @@ import { insertOutboxEntry } from '../../db/outbox.ts';
 import { withSystemScope, withTenant } from '../../db/tenant.ts';
 import { createTestDatabase, type TestDatabase } from '../../test-support/db.ts';
 import { DomainError } from '../../workflows/shared/errors.ts';
-import { createIdempotency, requestFingerprint, type IdempotencyScope } from './idempotency.ts';
+import { createIdempotency, requestFingerprint, type ClaimInTransaction, type IdempotencyScope } from './idempotency.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const COMPANY_A = `co_${randomBytes(16).toString('hex')}`;
@@ -71,6 +71,43 @@ async function probe(appSql: Sql, ctx: Context, scope: IdempotencyScope, body: T
   ctx.body = { id, object: 'probe', amount: '10.00', note: body.note ?? null, text: 'ünïcode ✓' };
 }
 
+/**
+ * The probe under claimInTransaction: the key is claimed by the first statement of the probe's own
+ * transaction, and the response recorded in a second one, as the Shape A payout does.
+ */
+async function claimedProbe(
+  appSql: Sql,
+  ctx: Context,
+  scope: IdempotencyScope,
+  body: TProbeBody,
+  claim: ClaimInTransaction,
+): Promise<void> {
+  const { mode } = body;
+  const key = ctx.get('Idempotency-Key');
+  const number = await withTenant(appSql, scope.companyId, async (tx) => {
+    await claim(tx);
+    // Counted once the claim holds: a request whose key exists stops at the claim.
+    const attempt = (attempts.get(key) ?? 0) + 1;
+    attempts.set(key, attempt);
+    if (mode === 'domain-error') throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account lacks funds.');
+    if (mode === 'crash-once' && attempt === 1) throw new Error('connection reset by peer');
+    const executed = countExecution(key);
+    await insertOutboxEntry(tx, {
+      companyId: scope.companyId,
+      workflowType: 'probe',
+      workflowId: `probe-${process.pid}-${executed}`,
+      taskQueue: 'payments-core',
+      payload: { key },
+    });
+    return executed;
+  });
+  if (mode === 'slow') await delay(300);
+  const id = `probe_${number}`;
+  await withTenant(appSql, scope.companyId, (tx) =>
+    ctx.state.idempotency!.recordResponse(tx, { status: 201, body: { id, claimed: true }, location: `/v1/claimed-probes/${id}` }),
+  );
+}
+
 interface TestServer {
   url: string;
   appSql: Sql;
@@ -107,6 +144,22 @@ async function startServer(database: TestDatabase): Promise<TestServer> {
       async handler(ctx, input) {
         const scope = scopeOf(ctx.get('X-Test-Company'), 'sandbox');
         await idempotency.run(ctx, scope, { required: true }, () => probe(appSql, ctx, scope, input.body));
+      },
+    }),
+    defineRoute({
+      method: 'POST',
+      path: '/v1/claimed-probes',
+      operationId: 'createClaimedProbe',
+      summary: 'probe',
+      tags: ['test'],
+      auth: { kind: 'public' },
+      body: ZProbeBody,
+      responses: { 201: 'created' },
+      async handler(ctx, input) {
+        const scope = scopeOf(ctx.get('X-Test-Company'), 'sandbox');
+        await idempotency.run(ctx, scope, { required: true, deferred: true }, () =>
+          ctx.state.deferredIdempotency!.claimInTransaction((claim) => claimedProbe(appSql, ctx, scope, input.body, claim)),
+        );
       },
     }),
     defineRoute({
@@ -294,6 +347,60 @@ describe('idempotency middleware', () => {
         response: { status: 500, headers: {}, body: Buffer.alloc(0) },
       }));
     assert.equal(stale, false);
+  });
+
+  it('claims the key in the handler’s own transaction (claimInTransaction) with the classic answers', async () => {
+    const path = '/v1/claimed-probes';
+    // Twenty at once: one execution, the others 409 or the replay.
+    const key = newKey('claimed');
+    const body = { mode: 'slow', note: 'claimed in the transaction' };
+    const replies = await Promise.all(Array.from({ length: 20 }, () => send(server.url, path, { key, body })));
+    const originals = replies.filter((reply) => reply.status === 201 && !replayed(reply));
+    assert.equal(originals.length, 1, `statuses: ${replies.map((reply) => reply.status).join(',')}`);
+    for (const reply of replies) {
+      assert.ok(reply === originals[0] || reply.status === 409 || (replayed(reply) && reply.bytes.equals(originals[0]!.bytes)));
+    }
+    assert.equal(executions.get(key), 1);
+    assert.equal(await outboxRows(key), 1);
+    assert.equal((await row(COMPANY_A, key))?.status, 'completed');
+    const later = await send(server.url, path, { key, body });
+    assert.ok(replayed(later) && later.bytes.equals(originals[0]!.bytes));
+    assert.equal((await send(server.url, path, { key, body: { mode: 'ok' } })).status, 422);
+
+    // A refusal inside the claiming transaction rolls the claim back; it is stored completed and replayed.
+    const refusedKey = newKey('claimed-refusal');
+    const refused = await send(server.url, path, { key: refusedKey, body: { mode: 'domain-error' } });
+    assert.equal(refused.status, 422);
+    assert.equal(refused.json.code, 'INSUFFICIENT_FUNDS');
+    const refusedAgain = await send(server.url, path, { key: refusedKey, body: { mode: 'domain-error' } });
+    assert.ok(replayed(refusedAgain) && refusedAgain.bytes.equals(refused.bytes));
+    assert.equal(attempts.get(refusedKey), 1, 'the operation ran once');
+    assert.equal((await row(COMPANY_A, refusedKey))?.status, 'completed');
+
+    // An unexpected error inside it leaves no key: the retry executes.
+    const crashKey = newKey('claimed-crash');
+    const crashed = await send(server.url, path, { key: crashKey, body: { mode: 'crash-once' } });
+    assert.equal(crashed.status, 500);
+    assert.equal(await row(COMPANY_A, crashKey), undefined);
+    const retried = await send(server.url, path, { key: crashKey, body: { mode: 'crash-once' } });
+    assert.equal(retried.status, 201);
+    assert.ok(!replayed(retried));
+    assert.equal(executions.get(crashKey), 1);
+
+    // A running row whose request died: the classic flow takes it over and runs without a claim.
+    const deadKey = newKey('claimed-dead');
+    const deadBody = { mode: 'ok' };
+    const hash = requestFingerprint('POST', path, deadBody);
+    await withTenant(server.appSql, COMPANY_A, (tx) => tx`
+      insert into idempotency_keys (company_id, environment, key, request_method, request_path, request_hash, status,
+                                    locked_until, expires_at)
+      values (${COMPANY_A}, 'sandbox', ${deadKey}, 'POST', ${path}, ${hash}, 'running',
+              date_trunc('milliseconds', now() - interval '1 second'), now() + interval '25 hours')`);
+    const takenOver = await send(server.url, path, { key: deadKey, body: deadBody });
+    assert.equal(takenOver.status, 201);
+    assert.ok(!replayed(takenOver));
+    assert.equal(executions.get(deadKey), 1);
+    assert.equal((await row(COMPANY_A, deadKey))?.status, 'completed');
   });
 
   it('releases the key after an unexpected error, so that a retry executes', async () => {

@@ -102,6 +102,12 @@ export interface InStatementWrite {
  * `ctx.state.deferredIdempotency`, set by `run` for routes that claim their key themselves
  * (`deferred: true`). The handler calls exactly one of:
  *   - `claimThenRun(run)`: the classic flow (claim as running, run, store the response), as for any write;
+ *   - `claimInTransaction(run)`: the classic flow, but `run` claims the key itself with `claim(tx)`
+ *     as the first statement of its own first transaction (a `withTenant` transaction for the key's
+ *     company), which saves the claim its own transaction. A key that exists makes `claim` throw,
+ *     which must abort that transaction; `run` is then called again once the classic flow has
+ *     taken the key (a dead request's), with a `claim` that does nothing. `recordResponse` works as
+ *     in the classic flow;
  *   - `inStatement(prepare)`: `prepare` validates and builds the response and the write (a thrown
  *     DomainError or problem below 500 is the decided answer, stored under the key like any
  *     other); the new key is then claimed by the write's own statement, with the response: one
@@ -114,7 +120,18 @@ export interface DeferredIdempotency {
   key: string;
   scope: IdempotencyScope;
   claimThenRun(run: () => Promise<void>): Promise<void>;
+  claimInTransaction(run: (claim: ClaimInTransaction) => Promise<void>): Promise<void>;
   inStatement(prepare: () => Promise<InStatementWrite>): Promise<void>;
+}
+
+/** Claims the key as running in the caller's transaction; throws when the key exists already. */
+export type ClaimInTransaction = (tx: TransactionSql) => Promise<void>;
+
+/** The key exists already: thrown by a ClaimInTransaction, caught by the middleware. */
+class KeyTaken extends Error {
+  constructor() {
+    super('the Idempotency-Key exists already');
+  }
 }
 
 declare module 'koa' {
@@ -288,13 +305,64 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       return;
     }
     const { lease } = acquired;
+    await runHolding(ctx, id, () => lease, execute);
+  }
 
+  /**
+   * The classic flow with the claim in the handler's first transaction (see
+   * DeferredIdempotency.claimInTransaction). A key that exists already aborts that transaction
+   * (KeyTaken) and is answered by the classic flow: replayed, refused, or taken over and run again,
+   * then without a claim of its own.
+   */
+  async function runClaimedInTransaction(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    request: RequestFingerprint,
+    run: (claim: ClaimInTransaction) => Promise<void>,
+  ) {
+    let lease: Date | undefined;
+    const claim: ClaimInTransaction = async (tx) => {
+      assert(lease === undefined, 'a key is claimed once');
+      const claimed = await insertRunningIdempotencyKey(tx, {
+        ...id,
+        requestMethod: request.method,
+        requestPath: request.path,
+        requestHash: request.hash,
+        leaseMs: options.leaseMs,
+        ttlMs: options.ttlMs,
+      });
+      if (!claimed) throw new KeyTaken();
+      lease = claimed;
+    };
+    try {
+      await runHolding(ctx, id, () => lease, () => run(claim), request);
+    } catch (error) {
+      if (!(error instanceof KeyTaken)) throw error;
+      await runClaimed(ctx, id, request, () => run(async () => undefined));
+    }
+  }
+
+  /**
+   * Runs `execute` under the key's lease and stores its answer. `leaseOf` gives the lease: known
+   * before `execute` in the classic flow, set by the claim inside it with claimInTransaction; then
+   * (`request` given) the claim may also have rolled back with the handler's transaction, and a
+   * decided refusal is inserted as a completed key instead.
+   */
+  async function runHolding(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    leaseOf: () => Date | undefined,
+    execute: () => Promise<void>,
+    request?: RequestFingerprint,
+  ) {
     let recorded: StoredResponse | undefined;
     ctx.state.idempotency = {
       key: id.key,
       scope: { companyId: id.companyId, environment: id.environment },
       async recordResponse(tx, response) {
         assert(recorded === undefined, 'recordResponse may be called once per request');
+        const lease = leaseOf();
+        assert(lease !== undefined, 'recordResponse needs the key claimed first');
         const stored = fromIdempotentResponse(response);
         if (!(await completeIdempotencyKey(tx, { ...id, lease, response: stored }))) {
           throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
@@ -306,16 +374,26 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     try {
       await execute();
     } catch (error) {
+      if (error instanceof KeyTaken) throw error;
       const problem = decidedProblem(error);
+      const lease = leaseOf();
       if (!problem) {
-        await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
-          ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
-        });
+        if (lease !== undefined) {
+          await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
+            ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
+          });
+        }
         throw error;
       }
       // Rendered as the error middleware would, then stored like any other response.
       sendProblem(ctx, problem);
-      await store(ctx, id, lease, captureResponse(ctx, problem.headers));
+      const refusal = captureResponse(ctx, problem.headers);
+      if (request === undefined) {
+        assert(lease !== undefined, 'the classic flow holds its lease from the start');
+        await store(ctx, id, lease, refusal);
+        return;
+      }
+      await storeRefusal(ctx, id, request, lease, refusal);
       return;
     } finally {
       ctx.state.idempotency = undefined;
@@ -325,7 +403,45 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       writeResponse(ctx, recorded);
       return;
     }
+    const lease = leaseOf();
+    assert(lease !== undefined, 'a handler run with claimInTransaction must claim its key before it succeeds');
     await store(ctx, id, lease, captureResponse(ctx));
+  }
+
+  /**
+   * A decided refusal under claimInTransaction: completes the running row when the claim committed,
+   * else inserts the key completed; when another request has taken the key meanwhile, its answer is
+   * given instead (as in the single-statement flow).
+   */
+  async function storeRefusal(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    request: RequestFingerprint,
+    lease: Date | undefined,
+    refusal: StoredResponse,
+  ) {
+    const existing = await withTenant(sql, id.companyId, async (tx) => {
+      if (lease !== undefined && (await completeIdempotencyKey(tx, { ...id, lease, response: refusal }))) return undefined;
+      const claim: IdempotencyClaim = {
+        ...id,
+        requestMethod: request.method,
+        requestPath: request.path,
+        requestHash: request.hash,
+        ttlMs: options.ttlMs,
+        response: refusal,
+      };
+      return (await insertCompletedIdempotencyKey(tx, claim)) ? undefined : findIdempotencyKey(tx, id);
+    });
+    if (!existing) {
+      writeResponse(ctx, refusal);
+      return;
+    }
+    const answer = answerFor(existing, existing.requestHash.equals(request.hash));
+    if (answer.kind === 'replay') {
+      writeReplay(ctx, answer.response);
+      return;
+    }
+    throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
   }
 
   /**
@@ -413,6 +529,10 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
           choose();
           return runClaimed(ctx, id, request, run);
         },
+        claimInTransaction(run) {
+          choose();
+          return runClaimedInTransaction(ctx, id, request, run);
+        },
         inStatement(prepare) {
           choose();
           return runInStatement(ctx, id, request, prepare);
@@ -423,7 +543,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       } finally {
         ctx.state.deferredIdempotency = undefined;
       }
-      assert(chosen, 'a deferred idempotent handler must claim its key (claimThenRun or inStatement)');
+      assert(chosen, 'a deferred idempotent handler must claim its key (claimThenRun, claimInTransaction or inStatement)');
     },
   };
 }

@@ -78,18 +78,22 @@ export function postTransfer(deps: TransferRouteDeps) {
       if (!idempotency) throw new Error('POST /v1/transfers runs only behind the idempotency layer');
       if (typeof body.source !== 'string') {
         const shapeA = body as z.infer<typeof ZShapeA>;
-        await idempotency.claimThenRun(async () => {
+        // The key is claimed in the hold's transaction, and the response stored in the one that
+        // marks the workflow started: two transactions fewer than the classic flow.
+        await idempotency.claimInTransaction(async (claim) => {
           const claimed = ctx.state.idempotency;
-          if (!claimed) throw new Error('claimThenRun runs its handler with the claimed key');
-          // The response is stored under the key in the transaction that marks the workflow started.
+          if (!claimed) throw new Error('claimInTransaction runs its handler with the key');
           await createPayoutTransfer(
             { sql: deps.sql, ...deps.rails },
             { companyId, environment },
             shapeA,
             idempotency.key,
-            async (tx, transfer) => {
-              const body = await signed(deps.signer, transferResource(transfer));
-              await claimed.recordResponse(tx, { status: 201, body, location: `/v1/transfers/${transfer.id}` });
+            {
+              claim,
+              async record(tx, transfer) {
+                const body = await signed(deps.signer, transferResource(transfer));
+                await claimed.recordResponse(tx, { status: 201, body, location: `/v1/transfers/${transfer.id}` });
+              },
             },
           );
         });
