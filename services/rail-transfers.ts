@@ -14,6 +14,7 @@ import { SEARCH_ATTRIBUTES } from '../workflows/shared/search-attributes.ts';
 import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';
 import {
   awaitTransferOutcomeUpdate,
+  SETTLEMENT_VERSION,
   TRANSFER_SETTLEMENT_WORKFLOW,
   transferWorkflowId,
   type TransferSettlementInput,
@@ -118,7 +119,12 @@ export async function createPayoutTransfer(
     throw new DomainError('invalid', code, AMOUNT_ERRORS[amount.error]);
   }
   const workflowId = settlementWorkflowId(scope.companyId, scope.environment, idempotencyKey);
-  const input: TransferSettlementInput = { transferId: '', companyId: scope.companyId, environment: scope.environment };
+  const input: TransferSettlementInput = {
+    transferId: '',
+    companyId: scope.companyId,
+    environment: scope.environment,
+    version: SETTLEMENT_VERSION,
+  };
   // FX rates come from outside the machine and the quote needs nothing the transaction reads: it is
   // taken before the transaction, which then never waits on a rate provider. A refused quote is
   // reported where it always was, after the destination and wallet checks.

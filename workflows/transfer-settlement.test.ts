@@ -37,6 +37,7 @@ import {
   railConfirmedSignal,
   railFailedSignal,
   railReturnedSignal,
+  SETTLEMENT_VERSION,
   TRANSFER_SETTLEMENT_WORKFLOW,
   transferSnapshotQuery,
   transferWorkflowId,
@@ -55,11 +56,12 @@ const HISTORY_PREFIX = 'transfer-settlement-';
 /**
  * Recorded versions: v1 ran the submission and the ledger writes as remote activities; v2 (patch
  * `settlement-local-steps`) runs them as local activities; v3 (patch `settlement-submit-settles`)
- * settles a payout the rail confirms at once in the submission's own local activity. Recording
- * (UPDATE_HISTORIES=1) writes the current version; every version's histories keep replaying.
+ * settles a payout the rail confirms at once in the submission's own local activity; v4 runs v3's
+ * steps with the version in its input (no patch marker). Recording (UPDATE_HISTORIES=1) writes the
+ * current version; every version's histories keep replaying.
  */
-const HISTORY_VERSIONS = ['v1', 'v2', 'v3'] as const;
-const CURRENT_HISTORY_VERSION = 'v3';
+const HISTORY_VERSIONS = ['v1', 'v2', 'v3', 'v4'] as const;
+const CURRENT_HISTORY_VERSION = 'v4';
 /** The paths whose history is recorded and replayed by later versions of the workflow. */
 const RECORDED_PATHS = [
   'settled',
@@ -208,7 +210,7 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
       idempotencyKey,
       amount: amountMinor,
       outAmount,
-      input: { transferId, companyId, environment: 'sandbox', ...timing },
+      input: { transferId, companyId, environment: 'sandbox', version: SETTLEMENT_VERSION, ...timing },
     };
   }
 
@@ -345,9 +347,9 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
     await assertWalletDebited(payout);
     const history = await replay(handle, 'settled');
-    // Version 3: the submission, which settles a payout confirmed at once, is a local activity (a
-    // marker) and only polls are activity tasks; the whole quick path (patch, submit-and-settle, the
-    // return-window timer) is the first workflow task.
+    // Version 4: the submission, which settles a payout confirmed at once, is a local activity (a
+    // marker) and only polls are activity tasks; the whole quick path (submit-and-settle, the
+    // return-window timer) is the first workflow task, with no patch marker.
     const events = history.events ?? [];
     const types = events.map((event) => protos.temporal.api.enums.v1.EventType[event.eventType ?? 0]);
     const scheduled = events.flatMap((event) =>
@@ -357,15 +359,45 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     const firstTask = types.slice(0, types.indexOf('EVENT_TYPE_WORKFLOW_TASK_SCHEDULED', 2));
     assert.deepEqual(
       firstTask.filter((type) => type === 'EVENT_TYPE_MARKER_RECORDED' || type === 'EVENT_TYPE_TIMER_STARTED'),
-      ['EVENT_TYPE_MARKER_RECORDED', 'EVENT_TYPE_MARKER_RECORDED', 'EVENT_TYPE_TIMER_STARTED'],
-      `patch and submit-and-settle markers, then the timer, in the first workflow task: ${firstTask.join(', ')}`,
+      ['EVENT_TYPE_MARKER_RECORDED', 'EVENT_TYPE_TIMER_STARTED'],
+      `the submit-and-settle marker, then the timer, in the first workflow task: ${firstTask.join(', ')}`,
     );
     const markers = events.flatMap((event) =>
       event.markerRecordedEventAttributes ? [event.markerRecordedEventAttributes.markerName] : [],
     );
-    assert.deepEqual(markers, ['core_patch', 'core_local_activity'], 'one patch marker: the newest');
+    assert.deepEqual(markers, ['core_local_activity'], 'no patch marker: the version is in the input');
     const elapsed = elapsedMs(history);
     assert.ok(elapsed >= 60 * DAY_MS && elapsed < 61 * DAY_MS, `the return window lasted 60 days (${elapsed} ms)`);
+  });
+
+  it('runs a payout started without a version (an outbox row from before version 4) by its patch', async () => {
+    const payout = await createPayout('60.00', { returnWindowMs: HOUR_MS });
+    const { version: _version, ...unversioned } = payout.input;
+    const handle = await env.client.workflow.start<typeof transferSettlementWorkflow>(TRANSFER_SETTLEMENT_WORKFLOW, {
+      workflowId: payout.workflowId,
+      taskQueue: TASK_QUEUES.core,
+      args: [unversioned],
+    });
+    assert.equal((await awaitOutcome(handle, payout)).status, 'settled');
+    assert.equal((await handle.result()).status, 'settled');
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    const history = await replay(handle);
+    const markers = (history.events ?? []).flatMap((event) =>
+      event.markerRecordedEventAttributes ? [event.markerRecordedEventAttributes.markerName] : [],
+    );
+    assert.deepEqual(markers, ['core_patch', 'core_local_activity'], 'version 3: the newest patch, recorded');
+  });
+
+  it('refuses an unknown version', async () => {
+    const payout = await createPayout('61.00');
+    const handle = await env.client.workflow.start(TRANSFER_SETTLEMENT_WORKFLOW, {
+      workflowId: payout.workflowId,
+      taskQueue: TASK_QUEUES.core,
+      args: [{ ...payout.input, version: 5 }],
+    });
+    await assert.rejects(handle.result(), (error: Error) =>
+      /version must be 4 or absent/.test(error.cause instanceof Error ? error.cause.message : ''),
+    );
   });
 
   it('fails at once when the bank refuses (.13), and the hold is voided', async () => {
@@ -554,12 +586,12 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
       const history = await replay(handle);
       if (expected === 'settled') {
         // Started with its search attributes, the run upserts only its status change, straight from
-        // pending to settled (and the SDK records the patch in TemporalChangeVersion).
+        // pending to settled (version 4 records no patch, so no TemporalChangeVersion either).
         const upserts = (history.events ?? []).flatMap((event) => {
           const fields = event.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields;
           return fields ? [Object.keys(fields).sort().join(',')] : [];
         });
-        assert.deepEqual(upserts, ['TemporalChangeVersion', SEARCH_ATTRIBUTES.objectStatus.name]);
+        assert.deepEqual(upserts, [SEARCH_ATTRIBUTES.objectStatus.name]);
         await assertSearchAttributes(handle, payout, 'settled');
       }
     }

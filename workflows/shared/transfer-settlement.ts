@@ -6,10 +6,21 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 export type TransferStatus = 'pending' | 'processing' | 'settled' | 'failed' | 'canceled' | 'returned';
 export type Environment = 'sandbox' | 'live';
 
+/**
+ * The settlement workflow's version that new runs are started with (TransferSettlementInput.version).
+ * Runs started without one (before version 4) find their version from their patch markers.
+ */
+export const SETTLEMENT_VERSION = 4;
+
 export interface TransferSettlementInput {
   transferId: string;
   companyId: string;
   environment: Environment;
+  /**
+   * The workflow version this run follows, fixed when it starts (SETTLEMENT_VERSION). A run that
+   * carries it records no patch marker: the version travels in its input rather than its history.
+   */
+  version?: typeof SETTLEMENT_VERSION;
   /** How long to wait for the rail's confirmation before polling it; default 1 hour. */
   confirmationPollMs?: number;
   /** How long a submitted payout may stay unconfirmed before it fails as expired; default 3 days. */
