@@ -160,9 +160,10 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
       'InvalidSettlementInput',
     );
   }
-  if (input.version !== undefined && input.version !== SETTLEMENT_VERSION) {
+  const version: unknown = input.version;
+  if (version !== undefined && version !== SETTLEMENT_VERSION) {
     throw ApplicationFailure.nonRetryable(
-      `version must be ${SETTLEMENT_VERSION} or absent, not ${String(input.version)}.`,
+      `version must be ${SETTLEMENT_VERSION} or absent, not ${JSON.stringify(version)}.`,
       'InvalidSettlementInput',
     );
   }
