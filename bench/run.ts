@@ -10,6 +10,7 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs
 import { cpus, totalmem, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
@@ -393,6 +394,33 @@ interface StatementStat {
   query: string;
 }
 
+/** The company's payouts (rail transfers) so far. */
+async function payoutCount(sql: Sql, companyId: string): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from transfers where company_id = ${companyId} and rail = 'ach'`;
+  return row!.n;
+}
+
+/** Transactions committed in the benchmark's database so far (pg_stat_database, cumulative). */
+async function commits(sql: Sql): Promise<number> {
+  const [row] = await sql<{ commits: bigint }[]>`
+    select xact_commit::bigint as commits from pg_stat_database where datname = current_database()`;
+  return Number(row!.commits);
+}
+
+/**
+ * Statements the clients sent since the last pg_stat_statements_reset() (plpgsql's own trigger
+ * expressions, which pg_stat_statements also counts, left out). Unlike CPU time, the count does not
+ * drift with the machine: what a change to the number of round trips did shows here exactly.
+ */
+async function statementsSent(sql: Sql): Promise<number> {
+  const [row] = await sql<{ calls: bigint }[]>`
+    select coalesce(sum(calls), 0)::bigint as calls from pg_stat_statements
+    where dbid = (select oid from pg_database where datname = current_database()) and toplevel
+      and query !~ '^(exists|new\.)'`;
+  return Number(row!.calls);
+}
+
 /** The top-level statements since the last pg_stat_statements_reset(), most called first. */
 async function topStatements(sql: Sql): Promise<StatementStat[]> {
   const statements = await sql<{ calls: bigint; mean_ms: number; query: string }[]>`
@@ -756,6 +784,8 @@ async function main(): Promise<void> {
       await drainEvents("earlier phases'");
       await sql`select pg_stat_statements_reset()`;
       const scansBefore = await tableScans(sql);
+      const commitsBefore = await commits(sql);
+      const payoutsBefore = await payoutCount(sql, companyId);
       await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
         ...process.env,
         BENCH_TEMPORAL_ADDRESS: temporal.address,
@@ -785,6 +815,20 @@ async function main(): Promise<void> {
         baselineRounds.push(baseline);
         log(`temporal baseline, round ${round}: ${((baseline.ok * 1000) / baseline.measuredMs).toFixed(0)}/s`);
       }
+      // Every payout of the phase has settled (or failed) by now: the workflow answers the request
+      // after the settling transaction, and the worker dispatches the events within a second.
+      await drainEvents('Shape A');
+      // Backends report their transaction counts to pg_stat_database when idle, at most once a second.
+      await delay(2_000);
+      const payouts = (await payoutCount(sql, companyId)) - payoutsBefore;
+      const sent = await statementsSent(sql);
+      const committed = (await commits(sql)) - commitsBefore;
+      results.shapeADatabaseWorkPerPayout = {
+        payouts,
+        statements: Number((sent / payouts).toFixed(1)),
+        transactions: Number((committed / payouts).toFixed(2)),
+      };
+      log(`PostgreSQL per Shape A payout: ${JSON.stringify(results.shapeADatabaseWorkPerPayout)}`);
       results.shapeAStatements = await topStatements(sql);
       results.shapeASequentialScans = scansSince(scansBefore, await tableScans(sql));
       results.shapeARounds = shapeARounds.map(({ latencies: _latencies, ...round }) => round);
@@ -856,7 +900,11 @@ async function main(): Promise<void> {
   }
   const cpu = cpus();
   const machine = `${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
-  const table = `${lines.join('\n')}\n\n${cpuTable()}`;
+  const work = results.shapeADatabaseWorkPerPayout as { statements: number; transactions: number } | undefined;
+  const perPayout = work
+    ? `PostgreSQL per Shape A payout (everything the API, the worker and its dispatcher sent during the phase): ${work.statements} statements, ${work.transactions} transactions.\n\n`
+    : '';
+  const table = `${lines.join('\n')}\n\n${perPayout}${cpuTable()}`;
   console.log(`\n${machine}\n\n${table}\n`);
   const json = {
     machine,
