@@ -432,6 +432,26 @@ async function advance(
   return row ? toRailTransfer(row) : undefined;
 }
 
+/** The entries that release a hold: the mirror of its two hold entries. */
+function releaseLines(transfer: RailTransfer, hold: { id: string; clearingAccountId: string }): EntryLine[] {
+  return [
+    {
+      accountId: transfer.sourceAccountId,
+      currency: transfer.currency,
+      amount: -transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
+    {
+      accountId: hold.clearingAccountId,
+      currency: transfer.currency,
+      amount: transfer.amount,
+      kind: 'hold_release',
+      holdId: hold.id,
+    },
+  ];
+}
+
 /**
  * Resolves the transfer's hold (posted or voided) and returns it with the clearing account its
  * hold entry credited, in one statement.
@@ -491,20 +511,7 @@ export async function settleRailTransfer(
   const hold = await resolveHold(tx, transfer.id, 'posted');
   const { fees, fxIn, fxOut, payouts } = await settlementAccounts(tx, transfer, newSystemId);
   const lines: EntryLine[] = [
-    {
-      accountId: transfer.sourceAccountId,
-      currency: transfer.currency,
-      amount: -transfer.amount,
-      kind: 'hold_release',
-      holdId: hold.id,
-    },
-    {
-      accountId: hold.clearingAccountId,
-      currency: transfer.currency,
-      amount: transfer.amount,
-      kind: 'hold_release',
-      holdId: hold.id,
-    },
+    ...releaseLines(transfer, hold),
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'posted' },
     { accountId: fxIn, currency: transfer.currency, amount: transfer.amount - transfer.feeAmount, kind: 'posted' },
     { accountId: fxOut, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
@@ -525,22 +532,7 @@ export async function failRailTransfer(
   const failed = await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason });
   if (!failed) return undefined;
   const hold = await resolveHold(tx, transfer.id, 'voided');
-  await insertEntries(tx, transfer, transfer.id, [
-    {
-      accountId: transfer.sourceAccountId,
-      currency: transfer.currency,
-      amount: -transfer.amount,
-      kind: 'hold_release',
-      holdId: hold.id,
-    },
-    {
-      accountId: hold.clearingAccountId,
-      currency: transfer.currency,
-      amount: transfer.amount,
-      kind: 'hold_release',
-      holdId: hold.id,
-    },
-  ]);
+  await insertEntries(tx, transfer, transfer.id, releaseLines(transfer, hold));
   return failed;
 }
 

@@ -260,18 +260,31 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   assert(Number.isInteger(options.ttlMs) && options.ttlMs >= TTL_MS_MIN, 'idempotency ttlMs must be at least 24 h');
   assert(Number.isInteger(options.leaseMs) && options.leaseMs >= 1000, 'idempotency leaseMs must be at least 1 s');
 
+  /** The key as a running row for `request`, with the configured lease and retention. */
+  const runningKey = (id: IdempotencyKeyId, request: RequestFingerprint) => ({
+    ...id,
+    requestMethod: request.method,
+    requestPath: request.path,
+    requestHash: request.hash,
+    leaseMs: options.leaseMs,
+    ttlMs: options.ttlMs,
+  });
+
+  /** The key completed with `response`, for `request` (inserted so by the single-statement flows). */
+  const completedKey = (id: IdempotencyKeyId, request: RequestFingerprint, response: StoredResponse): IdempotencyClaim => ({
+    ...id,
+    requestMethod: request.method,
+    requestPath: request.path,
+    requestHash: request.hash,
+    ttlMs: options.ttlMs,
+    response,
+  });
+
   /** One transaction: insert the key as running, or find out why not (and take over a dead lease). */
   async function acquire(id: IdempotencyKeyId, request: RequestFingerprint): Promise<Acquired> {
     return withTenant(sql, id.companyId, async (tx) => {
       for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
-        const lease = await insertRunningIdempotencyKey(tx, {
-          ...id,
-          requestMethod: request.method,
-          requestPath: request.path,
-          requestHash: request.hash,
-          leaseMs: options.leaseMs,
-          ttlMs: options.ttlMs,
-        });
+        const lease = await insertRunningIdempotencyKey(tx, runningKey(id, request));
         if (lease) return { kind: 'acquired', lease };
         const existing = await findIdempotencyKey(tx, id);
         if (!existing) continue; // released between the two statements: try the insert again
@@ -323,14 +336,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     let lease: Date | undefined;
     const claim: ClaimInTransaction = async (tx) => {
       assert(lease === undefined, 'a key is claimed once');
-      const claimed = await insertRunningIdempotencyKey(tx, {
-        ...id,
-        requestMethod: request.method,
-        requestPath: request.path,
-        requestHash: request.hash,
-        leaseMs: options.leaseMs,
-        ttlMs: options.ttlMs,
-      });
+      const claimed = await insertRunningIdempotencyKey(tx, runningKey(id, request));
       if (!claimed) throw new KeyTaken();
       lease = claimed;
     };
@@ -422,15 +428,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   ) {
     const existing = await withTenant(sql, id.companyId, async (tx) => {
       if (lease !== undefined && (await completeIdempotencyKey(tx, { ...id, lease, response: refusal }))) return undefined;
-      const claim: IdempotencyClaim = {
-        ...id,
-        requestMethod: request.method,
-        requestPath: request.path,
-        requestHash: request.hash,
-        ttlMs: options.ttlMs,
-        response: refusal,
-      };
-      return (await insertCompletedIdempotencyKey(tx, claim)) ? undefined : findIdempotencyKey(tx, id);
+      return (await insertCompletedIdempotencyKey(tx, completedKey(id, request, refusal))) ? undefined : findIdempotencyKey(tx, id);
     });
     if (!existing) {
       writeResponse(ctx, refusal);
@@ -451,14 +449,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
    * lease expired (its request died before it wrote anything) is released, and the write tried again.
    */
   async function runInStatement(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, prepare: () => Promise<InStatementWrite>) {
-    const claim = (response: StoredResponse): IdempotencyClaim => ({
-      ...id,
-      requestMethod: request.method,
-      requestPath: request.path,
-      requestHash: request.hash,
-      ttlMs: options.ttlMs,
-      response,
-    });
+    const claim = (response: StoredResponse): IdempotencyClaim => completedKey(id, request, response);
     let write: InStatementWrite | undefined;
     for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
       let outcome: ClaimOutcome;
