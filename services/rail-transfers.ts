@@ -139,8 +139,9 @@ export async function createPayoutTransfer(
   );
 
   const transfer = await withTenant(deps.sql, scope.companyId, async (tx) => {
-    // The claim and the reads travel in one write; a claim refused (the key exists) aborts the
-    // transaction before anything is written.
+    // The reads go out behind the claim without waiting for its answer (postgres.js pipelines them
+    // on the transaction's connection); a claim refused (the key exists) aborts the transaction
+    // before anything is written.
     const claimed = claim?.(tx);
     const [, context] = await Promise.all([
       claimed,
@@ -185,7 +186,7 @@ export async function createPayoutTransfer(
     const id = newId('tr');
     // The outbox row first: the hold below locks the company's wallet and clearing account, and the
     // commit follows it directly (an overdraft aborts the whole transaction, outbox row included).
-    // Not awaited before the transfer's statement: both travel in one write.
+    // Not awaited before the transfer's statement: both go out in one write.
     const outboxed = insertOutboxEntry(tx, {
       companyId: scope.companyId,
       workflowType: TRANSFER_SETTLEMENT_WORKFLOW,
@@ -245,7 +246,7 @@ export async function createPayoutTransfer(
   const dispatchedAt = new Date();
   const finish = withTenant(deps.sql, scope.companyId, async (tx) => {
     const marked = outcome === undefined ? undefined : markOutboxDispatched(tx, workflowId, dispatchedAt);
-    // Sent behind the mark without waiting for it: one round trip for both statements.
+    // The response is stored without waiting for the mark's answer: one transaction for both.
     const recorded = record?.(tx, answer);
     await Promise.all([marked, recorded]);
   });
