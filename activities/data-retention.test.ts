@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import type { Sql } from '../db/client.ts';
 import { RETENTION_POLICIES } from '../db/retention.ts';
 import { createDataRetentionActivities } from './data-retention.ts';
 import { newId } from '../platform/ids.ts';
@@ -28,13 +29,19 @@ async function remaining(database: TestDatabase): Promise<string[]> {
 
 describe('purgeExpiredRows activity', () => {
   let database: TestDatabase;
+  /** The worker's role (payments_app, under row-level security): the sweep runs as the worker runs it. */
+  let workerSql: Sql;
   before(async () => {
     database = await createTestDatabase();
+    workerSql = createAppRoleSql(database.url, { applicationName: 'payments-test-retention' });
   });
   beforeEach(async () => {
     await database.sql`delete from outbox`;
   });
-  after(async () => database.drop());
+  after(async () => {
+    await workerSql.end({ timeout: 5 });
+    await database.drop();
+  });
 
   it('deletes only dispatched outbox rows past their retention, counted back from asOf', async () => {
     const now = Date.now();
@@ -43,7 +50,7 @@ describe('purgeExpiredRows activity', () => {
       { id: 'recent-dispatched', dispatchedDaysAgo: 6 },
       { id: 'old-pending', dispatchedDaysAgo: null },
     ], now);
-    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const activities = createDataRetentionActivities({ sql: workerSql, policies: RETENTION_POLICIES });
     const result = await new MockActivityEnvironment().run(activities.purgeExpiredRows, { asOfMs: now, batchSize: 100, maxBatches: 5 });
     assert.deepEqual(result, { deleted: { 'outbox.dispatched': 1, 'webhook_attempts.finished': 0 }, backlog: false });
     assert.deepEqual(await remaining(database), ['old-pending', 'recent-dispatched']);
@@ -61,7 +68,7 @@ describe('purgeExpiredRows activity', () => {
   it('works in bounded batches and reports a backlog when it stops early', async () => {
     const now = Date.now();
     await seed(database, Array.from({ length: 7 }, (_, index) => ({ id: `wf-${index}`, dispatchedDaysAgo: 10 })), now);
-    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const activities = createDataRetentionActivities({ sql: workerSql, policies: RETENTION_POLICIES });
     const first = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
     assert.deepEqual(first, { deleted: { 'outbox.dispatched': 4, 'webhook_attempts.finished': 0 }, backlog: true });
     const second = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 2, maxBatches: 2 });
@@ -88,7 +95,7 @@ describe('purgeExpiredRows activity', () => {
         values (${companyId}, ${delivery!.id}, ${endpoint!.id}, ${event!.id}, ${key}, 'scheduled', 'https://hooks.example.com',
                 ${finished ? 'failed' : 'in_flight'}, ${new Date(now - 40 * DAY_MS)}, ${new Date(now - 40 * DAY_MS)}, ${finished})`;
     }
-    const activities = createDataRetentionActivities({ sql: database.sql, policies: RETENTION_POLICIES });
+    const activities = createDataRetentionActivities({ sql: workerSql, policies: RETENTION_POLICIES });
     const result = await activities.purgeExpiredRows({ asOfMs: now, batchSize: 100, maxBatches: 5 });
     assert.equal(result.deleted['webhook_attempts.finished'], 1);
     const left = await database.sql<{ attempt_key: string }[]>`select attempt_key from webhook_attempts order by attempt_key`;
