@@ -117,6 +117,8 @@ interface ExternalAccountRow {
   account_last4: string;
 }
 
+const EXTERNAL_ACCOUNT_COLUMNS = 'id, company_id, environment, rail, currency, label, routing_number, account_last4';
+
 function toExternalAccount(row: ExternalAccountRow): ExternalAccount {
   return {
     id: row.id,
@@ -128,30 +130,6 @@ function toExternalAccount(row: ExternalAccountRow): ExternalAccount {
     routingNumber: row.routing_number,
     accountLast4: row.account_last4,
   };
-}
-
-export async function findExternalAccount(
-  tx: TransactionSql,
-  scope: Scope,
-  id: string,
-): Promise<ExternalAccount | undefined> {
-  const [row] = await tx<ExternalAccountRow[]>`
-    select id, company_id, environment, rail, currency, label, routing_number, account_last4 from external_accounts
-    where id = ${id} and company_id = ${scope.companyId} and environment = ${scope.environment}`;
-  return row ? toExternalAccount(row) : undefined;
-}
-
-/** The wallet a rail payout draws from: the company's oldest wallet in that currency. */
-export async function findFundingWallet(
-  tx: TransactionSql,
-  scope: Scope,
-  currency: string,
-): Promise<string | undefined> {
-  const [row] = await tx<{ id: string }[]>`
-    select id from ledger_accounts
-    where company_id = ${scope.companyId} and environment = ${scope.environment} and currency = ${currency} and type = 'wallet'
-    order by id limit 1`;
-  return row?.id;
 }
 
 export interface RailTransfer {
@@ -244,8 +222,7 @@ export async function findRailTransferWithAccount(
 ): Promise<{ transfer: RailTransfer; account: ExternalAccount | undefined } | undefined> {
   const [row] = await tx<(RailTransferRow & { account: ExternalAccountRow | null })[]>`
     select t.*, (select to_jsonb(a) from (
-             select id, company_id, environment, rail, currency, label, routing_number, account_last4
-             from external_accounts
+             select ${tx.unsafe(EXTERNAL_ACCOUNT_COLUMNS)} from external_accounts
              where id = t.destination_external_account_id and company_id = t.company_id and environment = t.environment
            ) a) as account
     from (select ${tx.unsafe(RAIL_COLUMNS)} from transfers
@@ -259,16 +236,15 @@ export interface PayoutContext {
   /** The transfer already created under this Idempotency-Key (a retry after a crash). */
   existing: RailTransfer | undefined;
   bank: ExternalAccount | undefined;
-  /** The funding wallet: the company's oldest wallet in the source currency (findFundingWallet). */
+  /** The funding wallet: the company's oldest wallet in the source currency. */
   wallet: string | undefined;
   /** The rail clearing account in the source currency, when it has been opened (systemAccount opens it). */
   clearing: string | undefined;
 }
 
 /**
- * The four reads before a payout's hold (findRailTransferByKey, findExternalAccount,
- * findFundingWallet, findSystemAccount for `rail_clearing`) in one statement: one round trip
- * instead of four.
+ * The four reads before a payout's hold in one statement (one round trip): the transfer already
+ * created under the key, the bank account, the funding wallet and the `rail_clearing` account.
  */
 export async function findPayoutContext(
   tx: TransactionSql,
@@ -280,7 +256,7 @@ export async function findPayoutContext(
   >`
     select t.*,
       (select to_jsonb(a) from (
-         select id, company_id, environment, rail, currency, label, routing_number, account_last4 from external_accounts
+         select ${tx.unsafe(EXTERNAL_ACCOUNT_COLUMNS)} from external_accounts
          where id = ${wanted.externalAccountId} and company_id = ${scope.companyId} and environment = ${scope.environment}
        ) a) as bank,
       (select id from ledger_accounts
@@ -302,17 +278,6 @@ export async function findPayoutContext(
     wallet: row!.wallet ?? undefined,
     clearing: row!.clearing ?? undefined,
   };
-}
-
-export async function findRailTransferByKey(
-  tx: TransactionSql,
-  scope: Scope,
-  key: string,
-): Promise<RailTransfer | undefined> {
-  const [row] = await tx<RailTransferRow[]>`
-    select ${tx.unsafe(RAIL_COLUMNS)} from transfers
-    where company_id = ${scope.companyId} and environment = ${scope.environment} and idempotency_key = ${key} and rail = 'ach'`;
-  return row ? toRailTransfer(row) : undefined;
 }
 
 interface EntryLine {
@@ -385,22 +350,12 @@ export async function createRailTransfer(tx: TransactionSql, transfer: NewRailTr
     select * from created`;
   // Last: the entries lock the wallet and the clearing account (every payout of the company takes
   // them), so nothing else waits between them and the caller's commit.
-  await insertEntries(tx, transfer, transfer.id, [
-    {
-      accountId: transfer.sourceAccountId,
-      currency: transfer.currency,
-      amount: -transfer.amount,
-      kind: 'hold',
-      holdId: transfer.holdId,
-    },
-    {
-      accountId: transfer.clearingAccountId,
-      currency: transfer.currency,
-      amount: transfer.amount,
-      kind: 'hold',
-      holdId: transfer.holdId,
-    },
-  ]);
+  await insertEntries(
+    tx,
+    transfer,
+    transfer.id,
+    holdPair(transfer, { id: transfer.holdId, clearingAccountId: transfer.clearingAccountId }, 'hold'),
+  );
   return toRailTransfer(row!);
 }
 
@@ -432,23 +387,25 @@ async function advance(
   return row ? toRailTransfer(row) : undefined;
 }
 
-/** The entries that release a hold: the mirror of its two hold entries. */
-function releaseLines(transfer: RailTransfer, hold: { id: string; clearingAccountId: string }): EntryLine[] {
+/**
+ * A hold's pair of entries, wallet debited and clearing account credited: as `hold` they reserve the
+ * amount; as `hold_release` they undo that reservation, and the database requires each release to
+ * mirror a hold entry exactly (same hold, account and amount).
+ */
+function holdPair(
+  transfer: { sourceAccountId: string; currency: string; amount: bigint },
+  hold: { id: string; clearingAccountId: string },
+  kind: 'hold' | 'hold_release',
+): EntryLine[] {
   return [
     {
       accountId: transfer.sourceAccountId,
       currency: transfer.currency,
       amount: -transfer.amount,
-      kind: 'hold_release',
+      kind,
       holdId: hold.id,
     },
-    {
-      accountId: hold.clearingAccountId,
-      currency: transfer.currency,
-      amount: transfer.amount,
-      kind: 'hold_release',
-      holdId: hold.id,
-    },
+    { accountId: hold.clearingAccountId, currency: transfer.currency, amount: transfer.amount, kind, holdId: hold.id },
   ];
 }
 
@@ -511,7 +468,7 @@ export async function settleRailTransfer(
   const hold = await resolveHold(tx, transfer.id, 'posted');
   const { fees, fxIn, fxOut, payouts } = await settlementAccounts(tx, transfer, newSystemId);
   const lines: EntryLine[] = [
-    ...releaseLines(transfer, hold),
+    ...holdPair(transfer, hold, 'hold_release'),
     { accountId: transfer.sourceAccountId, currency: transfer.currency, amount: -transfer.amount, kind: 'posted' },
     { accountId: fxIn, currency: transfer.currency, amount: transfer.amount - transfer.feeAmount, kind: 'posted' },
     { accountId: fxOut, currency: transfer.outCurrency, amount: -transfer.outAmount, kind: 'posted' },
@@ -532,7 +489,7 @@ export async function failRailTransfer(
   const failed = await advance(tx, transfer, ['pending', 'processing'], 'failed', { failureReason: reason });
   if (!failed) return undefined;
   const hold = await resolveHold(tx, transfer.id, 'voided');
-  await insertEntries(tx, transfer, transfer.id, releaseLines(transfer, hold));
+  await insertEntries(tx, transfer, transfer.id, holdPair(transfer, hold, 'hold_release'));
   return failed;
 }
 
