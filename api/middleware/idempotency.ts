@@ -15,6 +15,7 @@ import {
   type IdempotencyKeyId,
   type IdempotencyKeyState,
   type IdempotencyMethod,
+  type IdempotencyRecord,
   type StoredResponse,
 } from '../../db/idempotency.ts';
 import { withTenant } from '../../db/tenant.ts';
@@ -217,7 +218,11 @@ function fromIdempotentResponse(response: IdempotentResponse): StoredResponse {
   const hasBody = response.body !== undefined && !EMPTY_BODY_STATUSES.has(response.status);
   const headers: Record<string, string> = hasBody ? { 'content-type': JSON_CONTENT_TYPE } : {};
   if (response.location !== undefined) headers.location = response.location;
-  return { status: response.status, headers, body: hasBody ? Buffer.from(JSON.stringify(response.body)) : Buffer.alloc(0) };
+  return {
+    status: response.status,
+    headers,
+    body: hasBody ? Buffer.from(JSON.stringify(response.body)) : Buffer.alloc(0),
+  };
 }
 
 /** The decided answer an error stands for, or undefined when the outcome is unknown (release the key). */
@@ -271,7 +276,11 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   });
 
   /** The key completed with `response`, for `request` (inserted so by the single-statement flows). */
-  const completedKey = (id: IdempotencyKeyId, request: RequestFingerprint, response: StoredResponse): IdempotencyClaim => ({
+  const completedKey = (
+    id: IdempotencyKeyId,
+    request: RequestFingerprint,
+    response: StoredResponse,
+  ): IdempotencyClaim => ({
     ...id,
     requestMethod: request.method,
     requestPath: request.path,
@@ -290,7 +299,11 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         if (!existing) continue; // released between the two statements: try the insert again
         const answer = answerFor(existing, existing.requestHash.equals(request.hash));
         if (answer.kind === 'replay') return answer;
-        const takenOver = await takeOverExpiredIdempotencyKey(tx, { ...id, requestHash: request.hash, leaseMs: options.leaseMs });
+        const takenOver = await takeOverExpiredIdempotencyKey(tx, {
+          ...id,
+          requestHash: request.hash,
+          leaseMs: options.leaseMs,
+        });
         if (takenOver) return { kind: 'acquired', lease: takenOver };
         break; // another request took it over first
       }
@@ -301,24 +314,34 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   /** Completes the key with the response, then sends the very bytes that were stored. */
   async function store(ctx: Context, id: IdempotencyKeyId, lease: Date, response: StoredResponse): Promise<void> {
     try {
-      const completed = await withTenant(sql, id.companyId, (tx) => completeIdempotencyKey(tx, { ...id, lease, response }));
+      const completed = await withTenant(sql, id.companyId, (tx) =>
+        completeIdempotencyKey(tx, { ...id, lease, response }),
+      );
       if (!completed) ctx.state.logger.warn({ key: id.key }, 'idempotency: lease lost before the response was stored');
     } catch (error) {
       // The operation has happened: answer with its result rather than a 500 that invites a retry.
-      ctx.state.logger.error({ err: error }, 'idempotency: could not store the response; a retry after the lease may execute again');
+      ctx.state.logger.error(
+        { err: error },
+        'idempotency: could not store the response; a retry after the lease may execute again',
+      );
     }
     writeResponse(ctx, response);
   }
 
   /** The classic flow: claim the key as running, execute, store the response (or a decided problem). */
-  async function runClaimed(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, execute: () => Promise<void>) {
+  async function runClaimed(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    request: RequestFingerprint,
+    execute: () => Promise<void>,
+  ) {
     const acquired = await acquire(id, request);
     if (acquired.kind === 'replay') {
       writeReplay(ctx, acquired.response);
       return;
     }
     const { lease } = acquired;
-    await runHolding(ctx, id, () => lease, execute);
+    await runHolding(ctx, id, request, () => lease, execute, false);
   }
 
   /**
@@ -341,7 +364,14 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       lease = claimed;
     };
     try {
-      await runHolding(ctx, id, () => lease, () => run(claim), request);
+      await runHolding(
+        ctx,
+        id,
+        request,
+        () => lease,
+        () => run(claim),
+        true,
+      );
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error;
       await runClaimed(ctx, id, request, () => run(async () => undefined));
@@ -350,16 +380,17 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
 
   /**
    * Runs `execute` under the key's lease and stores its answer. `leaseOf` gives the lease: known
-   * before `execute` in the classic flow, set by the claim inside it with claimInTransaction; then
-   * (`request` given) the claim may also have rolled back with the handler's transaction, and a
-   * decided refusal is inserted as a completed key instead.
+   * before `execute` in the classic flow, set by the claim inside it when `claimInside`
+   * (claimInTransaction); then the claim may also have rolled back with the handler's transaction,
+   * and a decided refusal is inserted as a completed key instead.
    */
   async function runHolding(
     ctx: Context,
     id: IdempotencyKeyId,
+    request: RequestFingerprint,
     leaseOf: () => Date | undefined,
     execute: () => Promise<void>,
-    request?: RequestFingerprint,
+    claimInside: boolean,
   ) {
     let recorded: StoredResponse | undefined;
     ctx.state.idempotency = {
@@ -385,21 +416,32 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       const lease = leaseOf();
       if (!problem) {
         if (lease !== undefined) {
-          await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch((releaseError: unknown) => {
-            ctx.state.logger.error({ err: releaseError }, 'idempotency: could not release the key; it frees when its lease expires');
-          });
+          await withTenant(sql, id.companyId, (tx) => releaseIdempotencyKey(tx, { ...id, lease })).catch(
+            (releaseError: unknown) => {
+              ctx.state.logger.error(
+                { err: releaseError },
+                'idempotency: could not release the key; it frees when its lease expires',
+              );
+            },
+          );
         }
         throw error;
       }
       // Rendered as the error middleware would, then stored like any other response.
       sendProblem(ctx, problem);
       const refusal = captureResponse(ctx, problem.headers);
-      if (request === undefined) {
+      if (!claimInside) {
         assert(lease !== undefined, 'the classic flow holds its lease from the start');
         await store(ctx, id, lease, refusal);
         return;
       }
-      await storeRefusal(ctx, id, request, lease, refusal);
+      const existing = await storeRefusal(ctx, id, request, lease, refusal);
+      if (existing) {
+        // Another request holds the key: its answer, or 409 while it runs.
+        const answer = answerFor(existing, existing.requestHash.equals(request.hash));
+        if (answer.kind !== 'replay') throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+        writeReplay(ctx, answer.response);
+      }
       return;
     } finally {
       ctx.state.idempotency = undefined;
@@ -415,9 +457,10 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   }
 
   /**
-   * A decided refusal under claimInTransaction: completes the running row when the claim committed,
-   * else inserts the key completed; when another request has taken the key meanwhile, its answer is
-   * given instead (as in the single-statement flow).
+   * Stores a decided refusal as the key's answer, for the flows whose claim may not have committed
+   * (claimInTransaction, single statement): completes the running row under `lease` when there is
+   * one, else inserts the key completed, and sends the refusal. When another request holds the key
+   * by then, nothing is stored or sent, and that request's row comes back for the caller to answer from.
    */
   async function storeRefusal(
     ctx: Context,
@@ -425,21 +468,16 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     request: RequestFingerprint,
     lease: Date | undefined,
     refusal: StoredResponse,
-  ) {
+  ): Promise<IdempotencyRecord | undefined> {
     const existing = await withTenant(sql, id.companyId, async (tx) => {
-      if (lease !== undefined && (await completeIdempotencyKey(tx, { ...id, lease, response: refusal }))) return undefined;
-      return (await insertCompletedIdempotencyKey(tx, completedKey(id, request, refusal))) ? undefined : findIdempotencyKey(tx, id);
+      if (lease !== undefined && (await completeIdempotencyKey(tx, { ...id, lease, response: refusal })))
+        return undefined;
+      return (await insertCompletedIdempotencyKey(tx, completedKey(id, request, refusal)))
+        ? undefined
+        : findIdempotencyKey(tx, id);
     });
-    if (!existing) {
-      writeResponse(ctx, refusal);
-      return;
-    }
-    const answer = answerFor(existing, existing.requestHash.equals(request.hash));
-    if (answer.kind === 'replay') {
-      writeReplay(ctx, answer.response);
-      return;
-    }
-    throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+    if (!existing) writeResponse(ctx, refusal);
+    return existing;
   }
 
   /**
@@ -448,8 +486,12 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
    * with the key got there first, in which case that request's answer is given. A running row whose
    * lease expired (its request died before it wrote anything) is released, and the write tried again.
    */
-  async function runInStatement(ctx: Context, id: IdempotencyKeyId, request: RequestFingerprint, prepare: () => Promise<InStatementWrite>) {
-    const claim = (response: StoredResponse): IdempotencyClaim => completedKey(id, request, response);
+  async function runInStatement(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    request: RequestFingerprint,
+    prepare: () => Promise<InStatementWrite>,
+  ) {
     let write: InStatementWrite | undefined;
     for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS_MAX; attempt++) {
       let outcome: ClaimOutcome;
@@ -457,20 +499,18 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       try {
         write ??= await prepare();
         stored = fromIdempotentResponse(write.response);
-        outcome = await write.execute(claim(stored));
+        outcome = await write.execute(completedKey(id, request, stored));
       } catch (error) {
         const problem = decidedProblem(error);
         if (!problem) throw error;
         sendProblem(ctx, problem);
         const refusal = captureResponse(ctx, problem.headers);
-        const existing = await withTenant(sql, id.companyId, async (tx) =>
-          (await insertCompletedIdempotencyKey(tx, claim(refusal))) ? undefined : findIdempotencyKey(tx, id),
-        );
-        if (!existing) {
-          writeResponse(ctx, refusal);
-          return;
-        }
-        outcome = { kind: 'existing', existing: { ...existing, sameRequest: existing.requestHash.equals(request.hash) } };
+        const existing = await storeRefusal(ctx, id, request, undefined, refusal);
+        if (!existing) return;
+        outcome = {
+          kind: 'existing',
+          existing: { ...existing, sameRequest: existing.requestHash.equals(request.hash) },
+        };
       }
       if (outcome.kind === 'created') {
         writeResponse(ctx, stored!);
@@ -534,7 +574,10 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       } finally {
         ctx.state.deferredIdempotency = undefined;
       }
-      assert(chosen, 'a deferred idempotent handler must claim its key (claimThenRun, claimInTransaction or inStatement)');
+      assert(
+        chosen,
+        'a deferred idempotent handler must claim its key (claimThenRun, claimInTransaction or inStatement)',
+      );
     },
   };
 }
