@@ -9,11 +9,11 @@ import { createHttpApp } from '../app.ts';
 import { problems } from '../problem.ts';
 import { defineRoute } from '../route.ts';
 import { closeServer, listen } from '../server.ts';
-import { APP_ROLE, createSql, type Sql } from '../../db/client.ts';
+import type { Sql } from '../../db/client.ts';
 import { completeIdempotencyKey, findIdempotencyKey, type IdempotencyRecord } from '../../db/idempotency.ts';
 import { insertOutboxEntry } from '../../db/outbox.ts';
 import { withSystemScope, withTenant } from '../../db/tenant.ts';
-import { createTestDatabase, type TestDatabase } from '../../test-support/db.ts';
+import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../../test-support/db.ts';
 import { DomainError } from '../../workflows/shared/errors.ts';
 import { createIdempotency, requestFingerprint, type ClaimInTransaction, type IdempotencyScope } from './idempotency.ts';
 
@@ -116,66 +116,43 @@ interface TestServer {
 
 /** The real middleware stack on a real listener; its own pool connects as payments_app (RLS). */
 async function startServer(database: TestDatabase): Promise<TestServer> {
-  const appSql = createSql({
-    url: database.url,
-    poolMax: 10,
-    connectTimeoutS: 10,
-    idleTimeoutS: 5,
-    statementTimeoutMs: 10_000,
-    applicationName: 'payments-test-idempotency',
-    role: APP_ROLE,
-  });
+  const appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-idempotency', poolMax: 10 });
   const idempotency = createIdempotency({ sql: appSql, options: { ttlMs: DAY_MS, leaseMs: 60_000 } });
   // The company comes from a test header here; in the service it comes from authentication.
   const scopeOf = (companyHeader: string, environment: IdempotencyScope['environment']): IdempotencyScope => ({
     companyId: companyHeader === 'b' ? COMPANY_B : COMPANY_A,
     environment,
   });
+  /** A POST route on `path` whose handler gets the scope its X-Test-Company header names. */
+  const probeRoute = (
+    path: string,
+    operationId: string,
+    environment: IdempotencyScope['environment'],
+    handle: (ctx: Context, scope: IdempotencyScope, body: TProbeBody) => Promise<void>,
+  ) =>
+    defineRoute({
+      method: 'POST',
+      path,
+      operationId,
+      summary: 'probe',
+      tags: ['test'],
+      auth: { kind: 'public' },
+      body: ZProbeBody,
+      responses: { 201: 'created' },
+      handler: (ctx, input) => handle(ctx, scopeOf(ctx.get('X-Test-Company'), environment), input.body),
+    });
   const routes = [
-    defineRoute({
-      method: 'POST',
-      path: '/v1/probes',
-      operationId: 'createProbe',
-      summary: 'probe',
-      tags: ['test'],
-      auth: { kind: 'public' },
-      body: ZProbeBody,
-      responses: { 201: 'created' },
-      async handler(ctx, input) {
-        const scope = scopeOf(ctx.get('X-Test-Company'), 'sandbox');
-        await idempotency.run(ctx, scope, { required: true }, () => probe(appSql, ctx, scope, input.body));
-      },
-    }),
-    defineRoute({
-      method: 'POST',
-      path: '/v1/claimed-probes',
-      operationId: 'createClaimedProbe',
-      summary: 'probe',
-      tags: ['test'],
-      auth: { kind: 'public' },
-      body: ZProbeBody,
-      responses: { 201: 'created' },
-      async handler(ctx, input) {
-        const scope = scopeOf(ctx.get('X-Test-Company'), 'sandbox');
-        await idempotency.run(ctx, scope, { required: true, deferred: true }, () =>
-          ctx.state.deferredIdempotency!.claimInTransaction((claim) => claimedProbe(appSql, ctx, scope, input.body, claim)),
-        );
-      },
-    }),
-    defineRoute({
-      method: 'POST',
-      path: '/admin/probes',
-      operationId: 'createAdminProbe',
-      summary: 'probe',
-      tags: ['test'],
-      auth: { kind: 'public' },
-      body: ZProbeBody,
-      responses: { 201: 'created' },
-      async handler(ctx, input) {
-        const scope = scopeOf(ctx.get('X-Test-Company'), 'admin');
-        await idempotency.run(ctx, scope, { required: false }, () => probe(appSql, ctx, scope, input.body));
-      },
-    }),
+    probeRoute('/v1/probes', 'createProbe', 'sandbox', (ctx, scope, body) =>
+      idempotency.run(ctx, scope, { required: true }, () => probe(appSql, ctx, scope, body)),
+    ),
+    probeRoute('/v1/claimed-probes', 'createClaimedProbe', 'sandbox', (ctx, scope, body) =>
+      idempotency.run(ctx, scope, { required: true, deferred: true }, () =>
+        ctx.state.deferredIdempotency!.claimInTransaction((claim) => claimedProbe(appSql, ctx, scope, body, claim)),
+      ),
+    ),
+    probeRoute('/admin/probes', 'createAdminProbe', 'admin', (ctx, scope, body) =>
+      idempotency.run(ctx, scope, { required: false }, () => probe(appSql, ctx, scope, body)),
+    ),
   ];
   const app = createHttpApp({ logger: pino({ level: 'silent' }), limits: { bodyLimitBytes: 16 * 1024 } }, routes);
   const { server, url } = await listen(app.koa, serverLimits);
