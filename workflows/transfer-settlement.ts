@@ -76,13 +76,6 @@ const LOCAL_STEPS_PATCH = 'settlement-local-steps';
  * database transactions instead of two, two and three. Its runs record this patch only.
  */
 const SUBMIT_SETTLES_PATCH = 'settlement-submit-settles';
-/*
- * Version 4: version 3's steps, with the version in the run's input (`version: 4`) instead of a
- * patch. A patch costs every new run a marker event and a TemporalChangeVersion upsert (one more
- * visibility write on the server) for as long as it stays in the code; the input costs nothing.
- * Runs started without a version (an outbox row written before version 4, an older run) keep
- * deciding by their patches.
- */
 const LOCAL_RETRY_THRESHOLD = '1 millisecond';
 const remoteSubmit = proxyActivities<TransferActivities>(SUBMIT_OPTIONS);
 const remoteLedger = proxyActivities<TransferActivities>(LEDGER_OPTIONS);
@@ -168,9 +161,12 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     );
   }
   const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
-  // Version 4 from the input; without it, newest patch first: a run records only the newest patch,
-  // and an older run's history answers each.
-  const submitSettlesVersion = input.version === SETTLEMENT_VERSION || patched(SUBMIT_SETTLES_PATCH);
+  // Version 4: version 3's steps, with the version in the run's input (`version: 4`) instead of a
+  // patch. A patch costs every new run a marker event and a TemporalChangeVersion upsert (one more
+  // visibility write on the server) for as long as it stays in the code; the input costs nothing.
+  // Runs started without a version (an outbox row written before version 4, an older run) decide by
+  // their patches, newest first: a run records only the newest, and an older run's history answers each.
+  const submitSettlesVersion = version === SETTLEMENT_VERSION || patched(SUBMIT_SETTLES_PATCH);
   const localStepsVersion = submitSettlesVersion || patched(LOCAL_STEPS_PATCH);
   const { submitTransferToRail, submitAndSettleTransfer } = localStepsVersion ? localSubmit : remoteSubmit;
   const { settleTransfer, failTransfer, returnTransfer } = localStepsVersion ? localLedger : remoteLedger;
