@@ -394,18 +394,40 @@ interface StatementStat {
   query: string;
 }
 
-/** The company's payouts (rail transfers) so far. */
-async function payoutCount(sql: Sql, companyId: string): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from transfers where company_id = ${companyId} and rail = 'ach'`;
-  return row!.n;
+interface DatabaseCounters {
+  /** Transactions committed in the benchmark's database (pg_stat_database, cumulative). */
+  commits: number;
+  /** Statements the clients sent since the last pg_stat_statements_reset() (statementsSent). */
+  statements: number;
+  /** The company's transfers on the rail. */
+  transfers: number;
 }
 
-/** Transactions committed in the benchmark's database so far (pg_stat_database, cumulative). */
-async function commits(sql: Sql): Promise<number> {
-  const [row] = await sql<{ commits: bigint }[]>`
-    select xact_commit::bigint as commits from pg_stat_database where datname = current_database()`;
-  return Number(row!.commits);
+async function databaseCounters(sql: Sql, companyId: string, rail: 'ledger' | 'ach'): Promise<DatabaseCounters> {
+  // Backends report their commits to pg_stat_database when idle, at most once a second.
+  await delay(1_100);
+  const [row] = await sql<{ commits: number; transfers: number }[]>`
+    select (select xact_commit::int from pg_stat_database where datname = current_database()) as commits,
+           (select count(*)::int from transfers where company_id = ${companyId} and rail = ${rail}) as transfers`;
+  return { commits: row!.commits, transfers: row!.transfers, statements: await statementsSent(sql) };
+}
+
+/** The counters' growth from `before` to `after`, added to `sum` (Shape A counts its rounds only). */
+function addCounters(sum: DatabaseCounters, before: DatabaseCounters, after: DatabaseCounters): DatabaseCounters {
+  return {
+    commits: sum.commits + after.commits - before.commits,
+    statements: sum.statements + after.statements - before.statements,
+    transfers: sum.transfers + after.transfers - before.transfers,
+  };
+}
+
+/**
+ * What PostgreSQL received per transfer over counted work: statements the clients sent and
+ * transactions committed (every client's, the benchmark's own few included). Counted, not timed.
+ */
+function workPerTransfer(work: DatabaseCounters) {
+  const per = (count: number) => (work.transfers > 0 ? Number((count / work.transfers).toFixed(2)) : null);
+  return { transfers: work.transfers, statements: per(work.statements), transactions: per(work.commits) };
 }
 
 /**
@@ -689,12 +711,7 @@ async function main(): Promise<void> {
     // the machine's drift as much as the difference.
     const bareRounds: Round[] = [];
     const apiRounds: LoadResult[] = [];
-    const counters = async () => {
-      const [row] = await sql<{ commits: bigint; transfers: bigint }[]>`
-        select (select xact_commit::bigint from pg_stat_database where datname = current_database()) as commits,
-               (select count(*)::bigint from transfers where company_id = ${companyId}) as transfers`;
-      return row!;
-    };
+    const counters = () => databaseCounters(sql, companyId, 'ledger');
     // First an unmeasured round of each, half as long: both servers reach their JIT-compiled steady
     // state before anything counts (the API, with more code on its path, was still warming up in
     // round 1: 1.2 ms of its own CPU per transfer against 0.7 ms in round 2).
@@ -728,14 +745,9 @@ async function main(): Promise<void> {
         // Transfers are counted in their table, not from the statements: the hot path is one call of
         // a SQL function. Statements are the top-level ones sent by clients, not those run inside
         // functions and triggers.
-        const transferCalls = Number(after.transfers - before.transfers);
-        const statementStats = await topStatements(sql);
-        const totalCalls = statementStats.reduce((sum, row) => sum + row.calls, 0);
         results.shapeBStatements = {
-          transfers: transferCalls,
-          statementsPerTransfer: transferCalls ? totalCalls / transferCalls : null,
-          commitsPerTransfer: transferCalls ? Number(after.commits - before.commits) / transferCalls : null,
-          top: statementStats,
+          ...workPerTransfer(addCounters({ commits: 0, statements: 0, transfers: 0 }, before, after)),
+          top: await topStatements(sql),
         };
         log(
           `api shape B spread, round ${round}: ${result.throughput.toFixed(0)}/s ${JSON.stringify(result.byStatus)} ${result.sampleErrors.join(' | ')}`,
@@ -784,8 +796,9 @@ async function main(): Promise<void> {
       await drainEvents("earlier phases'");
       await sql`select pg_stat_statements_reset()`;
       const scansBefore = await tableScans(sql);
-      const commitsBefore = await commits(sql);
-      const payoutsBefore = await payoutCount(sql, companyId);
+      // Database work is counted over the Shape A rounds only, not the baseline's in between (where
+      // the worker's idle polling would be charged to no payout).
+      let shapeAWork: DatabaseCounters = { commits: 0, statements: 0, transfers: 0 };
       await forkReady('baseline-worker', 'bench/baseline-worker.ts', {
         ...process.env,
         BENCH_TEMPORAL_ADDRESS: temporal.address,
@@ -796,6 +809,7 @@ async function main(): Promise<void> {
       const shapeARounds: Round[] = [];
       const baselineRounds: Round[] = [];
       for (let round = 1; round <= ROUNDS; round++) {
+        const roundBefore = await databaseCounters(sql, companyId, 'ach');
         const shapeA = await measured(sql, `API Shape A, round ${round}`, () =>
           load(
             apiPlan(
@@ -805,6 +819,7 @@ async function main(): Promise<void> {
             ),
           ),
         );
+        shapeAWork = addCounters(shapeAWork, roundBefore, await databaseCounters(sql, companyId, 'ach'));
         shapeARounds.push({ ...shapeA, latencies: shapeA.latencies ?? [] });
         log(
           `api shape A, round ${round}: ${shapeA.throughput.toFixed(0)}/s ${JSON.stringify(shapeA.byStatus)} ${shapeA.sampleErrors.join(' | ')}`,
@@ -815,19 +830,7 @@ async function main(): Promise<void> {
         baselineRounds.push(baseline);
         log(`temporal baseline, round ${round}: ${((baseline.ok * 1000) / baseline.measuredMs).toFixed(0)}/s`);
       }
-      // Every payout of the phase has settled (or failed) by now: the workflow answers the request
-      // after the settling transaction, and the worker dispatches the events within a second.
-      await drainEvents('Shape A');
-      // Backends report their transaction counts to pg_stat_database when idle, at most once a second.
-      await delay(2_000);
-      const payouts = (await payoutCount(sql, companyId)) - payoutsBefore;
-      const sent = await statementsSent(sql);
-      const committed = (await commits(sql)) - commitsBefore;
-      results.shapeADatabaseWorkPerPayout = {
-        payouts,
-        statements: Number((sent / payouts).toFixed(1)),
-        transactions: Number((committed / payouts).toFixed(2)),
-      };
+      results.shapeADatabaseWorkPerPayout = workPerTransfer(shapeAWork);
       log(`PostgreSQL per Shape A payout: ${JSON.stringify(results.shapeADatabaseWorkPerPayout)}`);
       results.shapeAStatements = await topStatements(sql);
       results.shapeASequentialScans = scansSince(scansBefore, await tableScans(sql));
@@ -902,7 +905,7 @@ async function main(): Promise<void> {
   const machine = `${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
   const work = results.shapeADatabaseWorkPerPayout as { statements: number; transactions: number } | undefined;
   const perPayout = work
-    ? `PostgreSQL per Shape A payout (everything the API, the worker and its dispatcher sent during the phase): ${work.statements} statements, ${work.transactions} transactions.\n\n`
+    ? `PostgreSQL per Shape A payout (everything the API, the worker and its dispatcher sent during the Shape A rounds): ${work.statements} statements, ${work.transactions} transactions.\n\n`
     : '';
   const table = `${lines.join('\n')}\n\n${perPayout}${cpuTable()}`;
   console.log(`\n${machine}\n\n${table}\n`);
