@@ -16,7 +16,13 @@ import { problems } from './problem.ts';
 
 const logger = pino({ level: 'silent' });
 const limits = { bodyLimitBytes: 1024 };
-const serverLimits = { host: '127.0.0.1', port: 0, requestTimeoutMs: 5_000, headersTimeoutMs: 5_000, keepAliveTimeoutMs: 1_000 };
+const serverLimits = {
+  host: '127.0.0.1',
+  port: 0,
+  requestTimeoutMs: 5_000,
+  headersTimeoutMs: 5_000,
+  keepAliveTimeoutMs: 1_000,
+};
 
 // Probe routes exercise the shared middleware stack the way real operations will use it.
 const probeRoutes = [
@@ -96,6 +102,28 @@ describe('HTTP foundation', () => {
     assert.notEqual(refused.headers.get('x-request-id'), 'bad id <script>');
   });
 
+  it('refuses the NUL character in params, query, body values and field names with a 400 naming the field', async () => {
+    const post = (path: string, body: string) =>
+      fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const cases: [Promise<Response>, string][] = [
+      [post('/probe/p_1', JSON.stringify({ amount: '1', currency: 'US\u0000' })), 'body.currency'],
+      [post('/probe/p_1', '{"amount":"1","currency":"USD","x":{"y":["ok","a\\u0000b"]}}'), 'body.x.y.1'],
+      [post('/probe/p_1', '{"amount":"1","currency":"USD","a\\u0000":1}'), 'body'],
+      [post('/probe/p_%00', JSON.stringify({ amount: '1', currency: 'USD' })), 'params.id'],
+      [post('/probe/p_1?limit=%00', JSON.stringify({ amount: '1', currency: 'USD' })), 'query.limit'],
+    ];
+    for (const [request, path] of cases) {
+      const response = await request;
+      assert.equal(response.status, 400);
+      const problem = (await response.json()) as { code: string; errors: { path: string; message: string }[] };
+      assert.equal(problem.code, 'VALIDATION_FAILED');
+      assert.ok(
+        problem.errors.some((issue) => issue.path === path && issue.message.includes('NUL')),
+        `${path} in ${JSON.stringify(problem.errors)}`,
+      );
+    }
+  });
+
   it('answers an unknown route with a 404 problem', async () => {
     const response = await fetch(`${url}/nowhere`);
     assert.equal(response.status, 404);
@@ -148,7 +176,11 @@ describe('HTTP foundation', () => {
     });
     assert.equal(big.status, 413);
     assert.equal(((await big.json()) as { code: string }).code, 'PAYLOAD_TOO_LARGE');
-    const text = await fetch(`${url}/probe/p_1`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'amount=1' });
+    const text = await fetch(`${url}/probe/p_1`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'amount=1',
+    });
     assert.equal(text.status, 415);
     assert.equal(((await text.json()) as { code: string }).code, 'UNSUPPORTED_MEDIA_TYPE');
   });
@@ -212,9 +244,15 @@ describe('operations and docs routes', () => {
       temporalUp = false;
       const notReady = await fetch(`${url}/readyz`);
       assert.equal(notReady.status, 503);
-      assert.deepEqual(await notReady.json(), { status: 'not_ready', checks: { postgres: 'ok', temporal: 'unavailable' } });
+      assert.deepEqual(await notReady.json(), {
+        status: 'not_ready',
+        checks: { postgres: 'ok', temporal: 'unavailable' },
+      });
 
-      const openapi = (await (await fetch(`${url}/openapi.json`)).json()) as { openapi: string; paths: Record<string, unknown> };
+      const openapi = (await (await fetch(`${url}/openapi.json`)).json()) as {
+        openapi: string;
+        paths: Record<string, unknown>;
+      };
       assert.equal(openapi.openapi, '3.1.0');
       for (const route of app.routes) assert.ok(openapi.paths[route.path.replace(/:(\w+)/g, '{$1}')], route.path);
 

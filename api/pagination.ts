@@ -20,7 +20,14 @@ export interface KeysetPosition {
   id: string;
 }
 
-const ZCursor = z.object({ i: z.string().min(1).max(100) });
+// IDs are printable ASCII: anything else in a cursor was not written by encodeCursor.
+const ZCursor = z.object({
+  i: z
+    .string()
+    .min(1)
+    .max(100)
+    .regex(/^[\x21-\x7e]+$/),
+});
 
 export function encodeCursor(position: KeysetPosition): string {
   return Buffer.from(JSON.stringify({ i: position.id })).toString('base64url');
@@ -43,7 +50,11 @@ export interface Page<T> {
 }
 
 /** Builds a page from `limit + 1` rows fetched newest first. */
-export function toPage<TRow extends KeysetPosition, TOut>(rows: TRow[], limit: number, map: (row: TRow) => TOut): Page<TOut> {
+export function toPage<TRow extends KeysetPosition, TOut>(
+  rows: TRow[],
+  limit: number,
+  map: (row: TRow) => TOut,
+): Page<TOut> {
   const hasMore = rows.length > limit;
   const visible = hasMore ? rows.slice(0, limit) : rows;
   const last = visible[visible.length - 1];

@@ -94,12 +94,37 @@ function issuesOf(error: z.ZodError, location: 'params' | 'query' | 'body'): Val
   }));
 }
 
-async function parsePart(schema: Schema, value: unknown, location: 'params' | 'query' | 'body', issues: ValidationIssue[]) {
+async function parsePart(
+  schema: Schema,
+  value: unknown,
+  location: 'params' | 'query' | 'body',
+  issues: ValidationIssue[],
+) {
   if (!schema) return undefined;
   const result = await schema.safeParseAsync(value);
   if (result.success) return result.data;
   issues.push(...issuesOf(result.error, location));
   return undefined;
+}
+
+const NUL = '\u0000';
+const NUL_SCAN_DEPTH_MAX = 64;
+
+/**
+ * Strings holding U+0000 anywhere in the input: PostgreSQL text cannot store the character, so
+ * such a value is refused here as a 400 naming its field, before it reaches a statement (a 500) or
+ * an activity's arguments (retried in vain).
+ */
+function nulIssues(value: unknown, path: string, issues: ValidationIssue[], depth = 0): void {
+  if (typeof value === 'string') {
+    if (value.includes(NUL)) issues.push({ path, message: 'must not contain the NUL character (U+0000)' });
+    return;
+  }
+  if (typeof value !== 'object' || value === null || depth >= NUL_SCAN_DEPTH_MAX) return;
+  for (const [name, child] of Object.entries(value)) {
+    if (name.includes(NUL)) issues.push({ path, message: 'field names must not contain the NUL character (U+0000)' });
+    nulIssues(child, `${path}.${name}`, issues, depth + 1);
+  }
 }
 
 export interface RouteLayer {
@@ -113,23 +138,33 @@ export interface RouteLayer {
  */
 export function mountRoutes(router: Router, routes: readonly RouteDefinition[], layer: RouteLayer): void {
   for (const route of routes) {
-    router.register(route.path, [route.method], async (ctx: Context) => {
-      ctx.state.auth = await layer.authenticate(ctx, route.auth);
-      const issues: ValidationIssue[] = [];
-      const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);
-      const query = await parsePart(route.query, ctx.query, 'query', issues);
-      const body = await parsePart(route.body, (ctx.request as { body?: unknown }).body ?? {}, 'body', issues);
-      if (issues.length > 0) throw problems.validation(issues);
-      const execute = async () => route.handler(ctx, { params, query, body });
-      const principal = ctx.state.auth;
-      if (layer.idempotency && principal && WRITE_METHODS.has(route.method) && route.idempotent !== false) {
-        const environment = principal.kind === 'api_key' ? principal.environment : 'admin';
-        const options = { required: principal.kind === 'api_key', deferred: route.idempotent === 'deferred' };
-        await layer.idempotency.run(ctx, { companyId: principal.companyId, environment }, options, execute);
-      } else {
-        await execute();
-      }
-    }, { name: route.operationId });
+    router.register(
+      route.path,
+      [route.method],
+      async (ctx: Context) => {
+        ctx.state.auth = await layer.authenticate(ctx, route.auth);
+        const issues: ValidationIssue[] = [];
+        const rawBody = (ctx.request as { body?: unknown }).body;
+        nulIssues(ctx.params ?? {}, 'params', issues);
+        nulIssues(ctx.query, 'query', issues);
+        nulIssues(rawBody, 'body', issues);
+        if (issues.length > 0) throw problems.validation(issues);
+        const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);
+        const query = await parsePart(route.query, ctx.query, 'query', issues);
+        const body = await parsePart(route.body, rawBody ?? {}, 'body', issues);
+        if (issues.length > 0) throw problems.validation(issues);
+        const execute = async () => route.handler(ctx, { params, query, body });
+        const principal = ctx.state.auth;
+        if (layer.idempotency && principal && WRITE_METHODS.has(route.method) && route.idempotent !== false) {
+          const environment = principal.kind === 'api_key' ? principal.environment : 'admin';
+          const options = { required: principal.kind === 'api_key', deferred: route.idempotent === 'deferred' };
+          await layer.idempotency.run(ctx, { companyId: principal.companyId, environment }, options, execute);
+        } else {
+          await execute();
+        }
+      },
+      { name: route.operationId },
+    );
   }
 }
 

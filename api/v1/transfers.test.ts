@@ -19,21 +19,34 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
   });
   after(async () => testApp.close());
 
-  const v1 = (method: string, path: string, options: { body?: unknown; idempotencyKey?: string; apiKey?: string } = {}) =>
+  const v1 = (
+    method: string,
+    path: string,
+    options: { body?: unknown; idempotencyKey?: string; apiKey?: string } = {},
+  ) =>
     call(testApp, method, path, {
       token: options.apiKey ?? tenant.sandboxApiKey,
       ...(options.body !== undefined ? { body: options.body } : {}),
       ...(options.idempotencyKey ? { headers: { 'idempotency-key': options.idempotencyKey } } : {}),
     });
-  const balances = async (id: string, apiKey?: string) => (await v1('GET', `/v1/accounts/${id}`, apiKey ? { apiKey } : {})).body.balances;
+  const balances = async (id: string, apiKey?: string) =>
+    (await v1('GET', `/v1/accounts/${id}`, apiKey ? { apiKey } : {})).body.balances;
 
   it('lists the preloaded sandbox wallets and account with decimal-string balances', async () => {
     const response = await v1('GET', '/v1/accounts');
     assert.equal(response.status, 200);
     const byId = new Map(response.body.data.map((account: { id: string }) => [account.id, account]));
     assert.equal(byId.size, 3);
-    assert.deepEqual((byId.get(tenant.sandbox.usdcWalletId) as any).balances, { available: '10000.000000', pending: '0.000000', posted: '10000.000000' });
-    assert.deepEqual((byId.get(tenant.sandbox.usdWalletId) as any).balances, { available: '10000.00', pending: '0.00', posted: '10000.00' });
+    assert.deepEqual((byId.get(tenant.sandbox.usdcWalletId) as any).balances, {
+      available: '10000.000000',
+      pending: '0.000000',
+      posted: '10000.000000',
+    });
+    assert.deepEqual((byId.get(tenant.sandbox.usdWalletId) as any).balances, {
+      available: '10000.00',
+      pending: '0.00',
+      posted: '10000.00',
+    });
     assert.equal((byId.get(tenant.sandbox.usdAccountId) as any).type, 'account');
     assert.equal((byId.get(tenant.sandbox.usdAccountId) as any).balances.posted, '0.00');
     assert.equal((await v1('GET', '/v1/accounts', { apiKey: 'sk_sandbox_bad' })).status, 401);
@@ -41,10 +54,19 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
   it('settles a transfer in the request, signs it, and replays it for the same key without moving money twice', async () => {
     const idempotencyKey = key();
-    const body = { amount: 1050, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 1050,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const first = await fetch(`${testApp.url}/v1/transfers`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${tenant.sandboxApiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      headers: {
+        authorization: `Bearer ${tenant.sandboxApiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
       body: JSON.stringify(body),
     });
     assert.equal(first.status, 201);
@@ -60,12 +82,24 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     const { signature, ...unsigned } = transfer;
     assert.equal(await testApp.signer.verify(unsigned, signature), true);
     assert.equal(await testApp.signer.verify({ ...unsigned, amount: 1051 }, signature), false);
-    assert.deepEqual(await balances(tenant.sandbox.usdWalletId), { available: '9989.50', pending: '0.00', posted: '9989.50' });
-    assert.deepEqual(await balances(tenant.sandbox.usdAccountId), { available: '10.50', pending: '0.00', posted: '10.50' });
+    assert.deepEqual(await balances(tenant.sandbox.usdWalletId), {
+      available: '9989.50',
+      pending: '0.00',
+      posted: '9989.50',
+    });
+    assert.deepEqual(await balances(tenant.sandbox.usdAccountId), {
+      available: '10.50',
+      pending: '0.00',
+      posted: '10.50',
+    });
 
     const replay = await fetch(`${testApp.url}/v1/transfers`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${tenant.sandboxApiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      headers: {
+        authorization: `Bearer ${tenant.sandboxApiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
       body: JSON.stringify(body),
     });
     assert.equal(replay.status, 201);
@@ -79,14 +113,22 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
     const fetched = await v1('GET', `/v1/transfers/${transfer.id}`);
     assert.equal(fetched.status, 200);
-    assert.deepEqual(fetched.body.status_history.map((change: { status: string }) => change.status), ['settled']);
+    assert.deepEqual(
+      fetched.body.status_history.map((change: { status: string }) => change.status),
+      ['settled'],
+    );
     const { signature: fetchedSignature, ...fetchedUnsigned } = fetched.body;
     assert.equal(await testApp.signer.verify(fetchedUnsigned, fetchedSignature), true);
   });
 
   it('requires an Idempotency-Key on every /v1 write', async () => {
     const response = await v1('POST', '/v1/transfers', {
-      body: { amount: 1, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+      body: {
+        amount: 1,
+        currency: 'USD',
+        source: tenant.sandbox.usdWalletId,
+        destination: tenant.sandbox.usdAccountId,
+      },
     });
     assert.equal(response.status, 400);
     assert.equal(response.body.code, 'IDEMPOTENCY_KEY_REQUIRED');
@@ -94,8 +136,14 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
   it('answers business-rule failures with stable 4xx codes and moves nothing', async () => {
     const before = await balances(tenant.sandbox.usdWalletId);
-    const attempt = async (body: Record<string, unknown>) => v1('POST', '/v1/transfers', { idempotencyKey: key(), body });
-    const base = { amount: 100, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const attempt = async (body: Record<string, unknown>) =>
+      v1('POST', '/v1/transfers', { idempotencyKey: key(), body });
+    const base = {
+      amount: 100,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
 
     const insufficient = await attempt({ ...base, amount: 100_000_000_00 });
     assert.equal(insufficient.status, 422);
@@ -113,18 +161,30 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     const foreign = await attempt({ ...base, destination: other.sandbox.usdAccountId });
     assert.equal(missing.status, 404);
     assert.equal(missing.body.code, 'ACCOUNT_NOT_FOUND');
-    assert.deepEqual({ ...foreign.body, request_id: null, detail: null }, { ...missing.body, request_id: null, detail: null });
+    assert.deepEqual(
+      { ...foreign.body, request_id: null, detail: null },
+      { ...missing.body, request_id: null, detail: null },
+    );
 
     const unsupported = await attempt({ ...base, currency: 'XYZ' });
     assert.equal(unsupported.status, 400);
     assert.equal(unsupported.body.code, 'UNSUPPORTED_CURRENCY');
 
     assert.deepEqual(await balances(tenant.sandbox.usdWalletId), before);
-    assert.deepEqual(await balances(other.sandbox.usdAccountId, other.sandboxApiKey), { available: '0.00', pending: '0.00', posted: '0.00' });
+    assert.deepEqual(await balances(other.sandbox.usdAccountId, other.sandboxApiKey), {
+      available: '0.00',
+      pending: '0.00',
+      posted: '0.00',
+    });
   });
 
   it('rejects amounts of the wrong type, sign, scale or size and bodies of another shape with 400', async () => {
-    const base = { amount: 100, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const base = {
+      amount: 100,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const cases: [string, Record<string, unknown>, string][] = [
       ['string amount', { ...base, amount: '10.50' }, 'body.amount'],
       ['fractional amount', { ...base, amount: 10.5 }, 'body.amount'],
@@ -143,7 +203,10 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       const response = await v1('POST', '/v1/transfers', { idempotencyKey: key(), body });
       assert.equal(response.status, 400, label);
       assert.equal(response.body.code, 'VALIDATION_FAILED', label);
-      assert.ok(response.body.errors.some((error: { path: string }) => error.path === path), `${label}: ${JSON.stringify(response.body.errors)}`);
+      assert.ok(
+        response.body.errors.some((error: { path: string }) => error.path === path),
+        `${label}: ${JSON.stringify(response.body.errors)}`,
+      );
     }
   });
 
@@ -153,7 +216,12 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       v1('POST', '/v1/transfers', {
         apiKey: fresh.sandboxApiKey,
         idempotencyKey: key(),
-        body: { amount: 600_00, currency: 'USD', source: fresh.sandbox.usdWalletId, destination: fresh.sandbox.usdAccountId },
+        body: {
+          amount: 600_00,
+          currency: 'USD',
+          source: fresh.sandbox.usdWalletId,
+          destination: fresh.sandbox.usdAccountId,
+        },
       }),
     );
     const results = await Promise.all(requests);
@@ -161,41 +229,67 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     const refused = results.filter((response) => response.body?.code === 'INSUFFICIENT_FUNDS').length;
     assert.equal(created, 16, JSON.stringify(results.map((response) => response.status)));
     assert.equal(refused, 4);
-    assert.deepEqual(await balances(fresh.sandbox.usdWalletId, fresh.sandboxApiKey), { available: '400.00', pending: '0.00', posted: '400.00' });
+    assert.deepEqual(await balances(fresh.sandbox.usdWalletId, fresh.sandboxApiKey), {
+      available: '400.00',
+      pending: '0.00',
+      posted: '400.00',
+    });
     assert.equal((await balances(fresh.sandbox.usdAccountId, fresh.sandboxApiKey)).posted, '9600.00');
   });
 
   const post = (idempotencyKey: string, body: unknown, apiKey = tenant.sandboxApiKey) =>
     fetch(`${testApp.url}/v1/transfers`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
       body: JSON.stringify(body),
     });
   const transfersUnder = async (idempotencyKey: string) =>
     Number(
-      (await testApp.ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${idempotencyKey}`)[0]!.n,
+      (
+        await testApp.ownerSql<
+          { n: number }[]
+        >`select count(*)::int as n from transfers where idempotency_key = ${idempotencyKey}`
+      )[0]!.n,
     );
 
   it('stores exactly the signed body it sends, with the transfer, in one commit', async () => {
     const idempotencyKey = key();
-    const body = { amount: 3, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 3,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const response = await post(idempotencyKey, body);
     assert.equal(response.status, 201);
     const text = await response.text();
     const transfer = JSON.parse(text);
     assert.equal(response.headers.get('location'), `/v1/transfers/${transfer.id}`);
-    const [stored] = await testApp.ownerSql<{ response_body: Buffer; response_headers: Record<string, string>; status: string }[]>`
+    const [stored] = await testApp.ownerSql<
+      { response_body: Buffer; response_headers: Record<string, string>; status: string }[]
+    >`
       select response_body, response_headers, status from idempotency_keys where key = ${idempotencyKey}`;
     assert.equal(stored?.status, 'completed');
     assert.equal(stored?.response_body.toString('utf8'), text);
     assert.equal(stored?.response_headers.location, `/v1/transfers/${transfer.id}`);
-    const [row] = await testApp.ownerSql<{ created_at: Date }[]>`select created_at from transfers where id = ${transfer.id}`;
+    const [row] = await testApp.ownerSql<
+      { created_at: Date }[]
+    >`select created_at from transfers where id = ${transfer.id}`;
     assert.equal(row?.created_at.toISOString(), transfer.created_at, 'the signed created_at is the stored one');
   });
 
   it('stores a refusal under its key and replays it byte for byte', async () => {
     const idempotencyKey = key();
-    const body = { amount: 100_000_000_00, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 100_000_000_00,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const first = await post(idempotencyKey, body);
     assert.equal(first.status, 422);
     const firstText = await first.text();
@@ -219,7 +313,12 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
   it('answers a burst of one request with one transfer and the same signed body for all', async () => {
     const idempotencyKey = key();
-    const body = { amount: 7, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 7,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const responses = await Promise.all(Array.from({ length: 8 }, () => post(idempotencyKey, body)));
     const texts = await Promise.all(responses.map((response) => response.text()));
     assert.deepEqual(
@@ -232,7 +331,12 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
   });
 
   it('answers 409 while a classic request holds the key, and takes over one whose lease expired', async () => {
-    const body = { amount: 2, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 2,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     const hold = (idempotencyKey: string, leaseMs: number) =>
       withTenant(testApp.appSql, tenant.company.id, (tx) =>
         insertRunningIdempotencyKey(tx, {
@@ -265,7 +369,12 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
   it('refuses a key that a transfer already used after its record was purged (IDEMPOTENCY_KEY_USED)', async () => {
     const idempotencyKey = key();
-    const body = { amount: 4, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId };
+    const body = {
+      amount: 4,
+      currency: 'USD',
+      source: tenant.sandbox.usdWalletId,
+      destination: tenant.sandbox.usdAccountId,
+    };
     assert.equal((await post(idempotencyKey, body)).status, 201);
     await testApp.ownerSql`delete from idempotency_keys where key = ${idempotencyKey}`;
     const reused = await post(idempotencyKey, body);
@@ -280,7 +389,12 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       await v1('POST', '/v1/transfers', {
         apiKey: fresh.sandboxApiKey,
         idempotencyKey: key(),
-        body: { amount: index, currency: 'USD', source: fresh.sandbox.usdWalletId, destination: fresh.sandbox.usdAccountId },
+        body: {
+          amount: index,
+          currency: 'USD',
+          source: fresh.sandbox.usdWalletId,
+          destination: fresh.sandbox.usdAccountId,
+        },
       });
     }
     const list = await v1('GET', '/v1/transfers?limit=2&status=settled&rail=ledger', { apiKey: fresh.sandboxApiKey });
@@ -288,12 +402,27 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     assert.equal(list.body.data.length, 2);
     assert.equal(list.body.has_more, true);
     for (const transfer of list.body.data) assert.match(transfer.signature, /\.\./);
-    const next = await v1('GET', `/v1/transfers?limit=2&status=settled&cursor=${list.body.next_cursor}`, { apiKey: fresh.sandboxApiKey });
+    const next = await v1('GET', `/v1/transfers?limit=2&status=settled&cursor=${list.body.next_cursor}`, {
+      apiKey: fresh.sandboxApiKey,
+    });
     // 3 created + 2 sandbox preloads (USDC wallet and USD wallet funding)
     assert.equal(list.body.data.length + next.body.data.length + (next.body.has_more ? 1 : 0) >= 4, true);
-    const future = await v1('GET', `/v1/transfers?created[gte]=${new Date(Date.now() + 60_000).toISOString()}`, { apiKey: fresh.sandboxApiKey });
+    const future = await v1('GET', `/v1/transfers?created[gte]=${new Date(Date.now() + 60_000).toISOString()}`, {
+      apiKey: fresh.sandboxApiKey,
+    });
     assert.deepEqual(future.body.data, []);
     assert.equal((await v1('GET', '/v1/transfers?status=lost', { apiKey: fresh.sandboxApiKey })).status, 400);
     assert.equal((await v1('GET', '/v1/transfers/tr_00000000000000000000000000000000')).status, 404);
+    // Inputs PostgreSQL cannot take are 400s, not 500s: year 0000, a NUL in a path ID or in a cursor.
+    for (const path of [
+      '/v1/transfers?created[gte]=0000-01-01T00:00:00Z',
+      '/v1/transfers?created[lt]=0000-06-01T00:00:00Z',
+      '/v1/transfers/%00',
+      `/v1/transfers?cursor=${Buffer.from(JSON.stringify({ i: 'tr_\u0000' })).toString('base64url')}`,
+    ]) {
+      const refused = await v1('GET', path, { apiKey: fresh.sandboxApiKey });
+      assert.equal(refused.status, 400, path);
+      assert.equal(refused.body.code, 'VALIDATION_FAILED', path);
+    }
   });
 });

@@ -121,13 +121,18 @@ export function postTransfer(deps: TransferRouteDeps) {
   });
 }
 
+/** An ISO 8601 instant PostgreSQL can hold: year 0000 parses in JavaScript but not in timestamptz. */
+const ZCreatedBound = z.iso
+  .datetime()
+  .refine((value) => !value.startsWith('0000'), 'a date-time from year 0001 on, such as 2026-01-31T00:00:00Z');
+
 const ZTransferStatus = z.enum(['pending', 'processing', 'settled', 'failed', 'canceled', 'returned']);
 
 export const ZListTransfersQuery = ZPageQuery.extend({
   status: ZTransferStatus.optional(),
   rail: z.enum(['ledger', 'ach']).optional(),
-  'created[gte]': z.iso.datetime().optional(),
-  'created[lt]': z.iso.datetime().optional(),
+  'created[gte]': ZCreatedBound.optional(),
+  'created[lt]': ZCreatedBound.optional(),
 });
 
 export function getTransfers(deps: TransferRouteDeps) {
