@@ -1,11 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Sql } from '../../db/client.ts';
 import { findTransfer, type TransferStatus } from '../../db/ledger.ts';
 import { withTenant } from '../../db/tenant.ts';
 import { DomainError, notFound } from '../../workflows/shared/errors.ts';
-import { railConfirmedSignal, railFailedSignal, railReturnedSignal } from '../../workflows/shared/transfer-settlement.ts';
+import {
+  railConfirmedSignal,
+  railFailedSignal,
+  railReturnedSignal,
+} from '../../workflows/shared/transfer-settlement.ts';
 import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
 import { defineRoute } from '../route.ts';
 import { signed, transferResource, type TransferSigner } from './resources.ts';
@@ -42,7 +46,12 @@ function simulation(action: Action, deps: SandboxRouteDeps) {
     params: z.object({ id: z.string().max(100) }),
     body: z.strictObject({ reason: z.string().min(1).max(200).optional() }),
     example: action === 'settle' ? {} : { reason: action === 'fail' ? 'R01 insufficient funds' : 'R03 no account' },
-    responses: { 200: 'The transfer after the simulated event.', 403: 'SANDBOX_ONLY', 409: 'INVALID_TRANSFER_STATE' },
+    responses: {
+      200: 'The transfer after the simulated event.',
+      202: 'The event was delivered; the transfer has not moved yet (its settlement is busy): read it again shortly.',
+      403: 'SANDBOX_ONLY',
+      409: 'INVALID_TRANSFER_STATE: the transfer is in another state, moved to another one first, or its settlement is not running.',
+    },
     async handler(ctx, { params, body }) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
       if (environment !== 'sandbox') {
@@ -53,22 +62,53 @@ function simulation(action: Action, deps: SandboxRouteDeps) {
       const transfer = await load();
       if (!transfer) throw notFound('transfer');
       if (transfer.rail !== 'ach' || !transfer.workflowId) {
-        throw new DomainError('conflict', 'NOT_SIMULATABLE', 'Ledger transfers settle at once; only external-rail transfers can be simulated.');
+        throw new DomainError(
+          'conflict',
+          'NOT_SIMULATABLE',
+          'Ledger transfers settle at once; only external-rail transfers can be simulated.',
+        );
       }
       if (!FROM[action].includes(transfer.status)) {
-        throw new DomainError('conflict', 'INVALID_TRANSFER_STATE', `A ${transfer.status} transfer cannot be made to ${action}.`);
+        throw new DomainError(
+          'conflict',
+          'INVALID_TRANSFER_STATE',
+          `A ${transfer.status} transfer cannot be made to ${action}.`,
+        );
       }
       const handle = deps.rails.temporal.workflow.getHandle(transfer.workflowId);
       const reason = body.reason ?? (action === 'fail' ? 'sandbox: simulated failure' : 'sandbox: simulated return');
-      if (action === 'settle') await handle.signal(railConfirmedSignal);
-      else if (action === 'fail') await handle.signal(railFailedSignal, { reason });
-      else await handle.signal(railReturnedSignal, { reason });
+      try {
+        if (action === 'settle') await handle.signal(railConfirmedSignal);
+        else if (action === 'fail') await handle.signal(railFailedSignal, { reason });
+        else await handle.signal(railReturnedSignal, { reason });
+      } catch (error) {
+        if (!(error instanceof WorkflowNotFoundError)) throw error;
+        // Not started yet (the outbox relay starts it), or finished (a return window that closed).
+        throw new DomainError(
+          'conflict',
+          'INVALID_TRANSFER_STATE',
+          `The settlement of this ${transfer.status} transfer is not running, so it cannot be made to ${action} now.`,
+        );
+      }
 
+      // Wait for the transfer to leave the state the event applies to: to the one asked for, or to
+      // another that a concurrent event (a settle racing a fail) reached first.
       let current = transfer;
-      for (const deadline = Date.now() + OUTCOME_WAIT_MS; current.status !== TO[action] && Date.now() < deadline; ) {
+      for (
+        const deadline = Date.now() + OUTCOME_WAIT_MS;
+        FROM[action].includes(current.status) && Date.now() < deadline;
+      ) {
         await sleep(50);
         current = (await load()) ?? current;
       }
+      if (current.status !== TO[action] && !FROM[action].includes(current.status)) {
+        throw new DomainError(
+          'conflict',
+          'INVALID_TRANSFER_STATE',
+          `The transfer became ${current.status} before it could be made to ${action}.`,
+        );
+      }
+      ctx.status = current.status === TO[action] ? 200 : 202;
       ctx.body = await signed(deps.signer, transferResource(current));
     },
   });
