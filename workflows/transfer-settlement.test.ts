@@ -396,7 +396,7 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
       args: [{ ...payout.input, version: 5 }],
     });
     await assert.rejects(handle.result(), (error: Error) =>
-      /version must be 4 or absent/.test(error.cause instanceof Error ? error.cause.message : ''),
+      /version must be one of 4 or absent/.test(error.cause instanceof Error ? error.cause.message : ''),
     );
   });
 

@@ -21,7 +21,8 @@ import {
   railConfirmedSignal,
   railFailedSignal,
   railReturnedSignal,
-  SETTLEMENT_VERSION,
+  SETTLEMENT_VERSIONS,
+  type SettlementVersion,
   transferSnapshotQuery,
   type TransferSettlementInput,
   type TransferSnapshot,
@@ -154,9 +155,9 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     );
   }
   const version: unknown = input.version;
-  if (version !== undefined && version !== SETTLEMENT_VERSION) {
+  if (version !== undefined && !SETTLEMENT_VERSIONS.includes(version as SettlementVersion)) {
     throw ApplicationFailure.nonRetryable(
-      `version must be ${SETTLEMENT_VERSION} or absent, not ${JSON.stringify(version)}.`,
+      `version must be one of ${SETTLEMENT_VERSIONS.join(', ')} or absent, not ${JSON.stringify(version)}.`,
       'InvalidSettlementInput',
     );
   }
@@ -166,7 +167,8 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   // visibility write on the server) for as long as it stays in the code; the input costs nothing.
   // Runs started without a version (an outbox row written before version 4, an older run) decide by
   // their patches, newest first: a run records only the newest, and an older run's history answers each.
-  const submitSettlesVersion = version === SETTLEMENT_VERSION || patched(SUBMIT_SETTLES_PATCH);
+  // Every version in the input (4 on) submits and settles in one step; older runs ask their patch.
+  const submitSettlesVersion = version !== undefined || patched(SUBMIT_SETTLES_PATCH);
   const localStepsVersion = submitSettlesVersion || patched(LOCAL_STEPS_PATCH);
   const { submitTransferToRail, submitAndSettleTransfer } = localStepsVersion ? localSubmit : remoteSubmit;
   const { settleTransfer, failTransfer, returnTransfer } = localStepsVersion ? localLedger : remoteLedger;

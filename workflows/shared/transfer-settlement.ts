@@ -12,6 +12,14 @@ export type Environment = 'sandbox' | 'live';
  */
 export const SETTLEMENT_VERSION = 4;
 
+/**
+ * Every version the workflow code can still run. A version stays in this list for as long as a run
+ * started with it may be open (up to the 60-day return window after it settles): removing it, or
+ * raising SETTLEMENT_VERSION without adding the new one beside it, would make those runs fail on replay.
+ */
+export const SETTLEMENT_VERSIONS: readonly SettlementVersion[] = [4];
+export type SettlementVersion = 4;
+
 export interface TransferSettlementInput {
   transferId: string;
   companyId: string;
@@ -20,7 +28,7 @@ export interface TransferSettlementInput {
    * The workflow version this run follows, fixed when it starts (SETTLEMENT_VERSION). A run that
    * carries it records no patch marker: the version travels in its input rather than its history.
    */
-  version?: typeof SETTLEMENT_VERSION;
+  version?: SettlementVersion;
   /** How long to wait for the rail's confirmation before polling it; default 1 hour. */
   confirmationPollMs?: number;
   /** How long a submitted payout may stay unconfirmed before it fails as expired; default 3 days. */
