@@ -1,0 +1,223 @@
+// Migration 00010: statements crafted as payments_app (the role of every application connection)
+// that committed before it, each refused now.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Sql, TransactionSql } from './client.ts';
+import { newId } from '../platform/ids.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { openFundedSandboxAccounts } from '../services/sandbox.ts';
+import { provisionTenant } from '../services/tenants.ts';
+import { generateWebhookSecret } from '../services/webhook-endpoints.ts';
+import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+
+interface Refusal {
+  code: string;
+  constraint?: string;
+  message?: RegExp;
+}
+
+describe('database hardening against crafted statements of the application role (migration 00010)', () => {
+  let database: TestDatabase;
+  let owner: Sql;
+  let app: Sql;
+  let a: string;
+  let b: string;
+  let walletA: string;
+  let accountA: string;
+  let walletB: string;
+  let accountB: string;
+  let spareA: string[];
+
+  before(async () => {
+    database = await createTestDatabase();
+    owner = database.sql;
+    app = createAppRoleSql(database.url, { applicationName: 'payments-test-hardening', poolMax: 4 });
+    const tenantA = await provisionTenant(
+      owner,
+      { name: 'A', ownerEmail: `a-${process.pid}@example.com` },
+      SYSTEM_ACTOR,
+    );
+    const tenantB = await provisionTenant(
+      owner,
+      { name: 'B', ownerEmail: `b-${process.pid}@example.com` },
+      SYSTEM_ACTOR,
+    );
+    a = tenantA.company.id;
+    b = tenantB.company.id;
+    walletA = tenantA.sandbox.usdWalletId;
+    accountA = tenantA.sandbox.usdAccountId;
+    walletB = tenantB.sandbox.usdWalletId;
+    accountB = tenantB.sandbox.usdAccountId;
+    // Accounts the hold does not touch yet, so that only the hold's state can refuse a new entry.
+    spareA = await openFundedSandboxAccounts(owner, a, {
+      count: 2,
+      amountMinor: 1_000n,
+      currency: 'USD',
+      namePrefix: 'Spare',
+    });
+  });
+  after(async () => {
+    await app.end({ timeout: 5 });
+    await database.drop();
+  });
+
+  /** `fn` in one payments_app transaction scoped to `company`. */
+  const as = <T>(company: string, fn: (tx: TransactionSql) => Promise<T>) =>
+    app.begin(async (tx) => {
+      await tx`select set_config('app.company_id', ${company}, true)`;
+      return fn(tx);
+    }) as Promise<T>;
+
+  async function refused(attempt: Promise<unknown>, expected: Refusal) {
+    await assert.rejects(attempt, (error: { code?: string; constraint_name?: string; message: string }) => {
+      assert.equal(error.code, expected.code, error.message);
+      if (expected.constraint) assert.equal(error.constraint_name, expected.constraint);
+      if (expected.message) assert.match(error.message, expected.message);
+      return true;
+    });
+  }
+
+  const newTransfer = (
+    tx: TransactionSql,
+    company: string,
+    source: string,
+    destination: string,
+    status = 'pending',
+  ) => {
+    const id = newId('tr');
+    return tx`
+      insert into transfers (id, company_id, environment, idempotency_key, rail, status, amount, currency,
+                             source_account_id, destination_account_id)
+      values (${id}, ${company}, 'sandbox', ${`k-${id}`}, 'ledger', ${status}, 100, 'USD', ${source}, ${destination})
+      returning id`.then((rows) => rows[0]!.id as string);
+  };
+
+  it('refuses temporary tables and functions, which shadowed the ledger tables inside its triggers', async () => {
+    const insufficientPrivilege = { code: '42501' };
+    await refused(
+      as(a, (tx) => tx`create temp table ledger_entries (transfer_id text, currency text, kind text, amount bigint)`),
+      insufficientPrivilege,
+    );
+    await refused(
+      as(a, (tx) => tx`create temp table ledger_accounts (id text, posted bigint) on commit drop`),
+      insufficientPrivilege,
+    );
+    await refused(
+      as(
+        a,
+        (tx) => tx`create function pg_temp.boost() returns trigger language plpgsql as $f$ begin return null; end $f$`,
+      ),
+      insufficientPrivilege,
+    );
+  });
+
+  it('refuses a second hold entry for the same hold and account', async () => {
+    await refused(
+      as(a, async (tx) => {
+        const transfer = await newTransfer(tx, a, walletA, accountA);
+        const hold = newId('hold');
+        await tx`insert into ledger_holds (id, company_id, transfer_id) values (${hold}, ${a}, ${transfer})`;
+        await tx`
+          insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+          values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
+                 (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
+                 (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 200, 'hold', ${hold})`;
+      }),
+      { code: '23505', constraint: 'ledger_entries_hold_once' },
+    );
+  });
+
+  it('makes a hold entry wait for a concurrent resolution of its hold, then refuses it', async () => {
+    const { transfer, hold } = await as(a, async (tx) => {
+      const transfer = await newTransfer(tx, a, walletA, accountA);
+      const hold = newId('hold');
+      await tx`insert into ledger_holds (id, company_id, transfer_id) values (${hold}, ${a}, ${transfer})`;
+      await tx`
+        insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+        values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
+               (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 100, 'hold', ${hold})`;
+      return { transfer, hold };
+    });
+    const pendingBefore = (await owner`select pending_debits from ledger_accounts where id = ${walletA}`)[0]!
+      .pending_debits as bigint;
+
+    let resolved!: () => void;
+    const resolving = new Promise<void>((resolve) => (resolved = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const voiding = as(a, async (tx) => {
+      await tx`update ledger_holds set status = 'voided', resolved_at = now() where id = ${hold}`;
+      await tx`
+        insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+        values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold_release', ${hold}),
+               (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 100, 'hold_release', ${hold})`;
+      resolved();
+      await released; // commit only once the competing entry is waiting on the hold
+    });
+    await resolving;
+    const competing = as(
+      a,
+      (tx) => tx`
+      insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+      values (${a}, 'sandbox', ${transfer}, ${spareA[0]!}, 'USD', -20, 'hold', ${hold}),
+             (${a}, 'sandbox', ${transfer}, ${spareA[1]!}, 'USD', 20, 'hold', ${hold})`,
+    );
+    const settledCompeting = competing.then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    release();
+    await voiding;
+    const error = (await settledCompeting) as { code?: string; message?: string } | undefined;
+    assert.ok(error, 'the competing hold entry must not commit');
+    assert.equal(error.code, '23514', error.message);
+    assert.match(error.message ?? '', /already resolved/);
+    const pendingAfter = (await owner`select pending_debits from ledger_accounts where id = ${walletA}`)[0]!
+      .pending_debits as bigint;
+    assert.equal(pendingAfter, pendingBefore - 100n, 'nothing is left pending on the voided hold');
+  });
+
+  it('refuses a delivery pairing another company’s event with this company’s endpoint', async () => {
+    const transferB = await as(b, (tx) => newTransfer(tx, b, walletB, accountB));
+    const [eventB] = await owner<{ id: string }[]>`select id from events where object_id = ${transferB}`;
+    const endpoint = `we_${newId('tr').slice(3)}`;
+    await owner`
+      insert into webhook_endpoints (id, company_id, environment, url, secret)
+      values (${endpoint}, ${a}, 'sandbox', 'https://hooks.example.com/a', ${generateWebhookSecret()})`;
+    await refused(
+      as(
+        a,
+        (tx) => tx`
+        insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
+        values (${a}, 'sandbox', ${eventB!.id}, ${endpoint})`,
+      ),
+      { code: '23503', message: /not an event of this company/ },
+    );
+    // Its own events still get deliveries.
+    const transferA = await as(a, (tx) => newTransfer(tx, a, walletA, accountA));
+    const [eventA] = await owner<{ id: string }[]>`select id from events where object_id = ${transferA}`;
+    await as(
+      a,
+      (tx) => tx`
+      insert into webhook_deliveries (company_id, environment, event_id, endpoint_id)
+      values (${a}, 'sandbox', ${eventA!.id}, ${endpoint})`,
+    );
+  });
+
+  it('keeps one company from taking another company’s (object, version) event slot', async () => {
+    const transferB = await as(b, (tx) => newTransfer(tx, b, walletB, accountB));
+    await as(
+      a,
+      (tx) => tx`
+      insert into events (id, company_id, environment, type, object_type, object_id, object_version, snapshot)
+      values (new_event_id(), ${a}, 'sandbox', 'transfer.processing', 'transfer', ${transferB}, 2, '{}')`,
+    );
+    const [moved] = await as(
+      b,
+      (tx) => tx<{ status: string }[]>`
+      update transfers set status = 'processing', version = 2 where id = ${transferB} returning status`,
+    );
+    assert.equal(moved!.status, 'processing');
+  });
+});
