@@ -5,7 +5,16 @@ import { z } from 'zod';
 const ZPort = z.coerce.number().int().min(0).max(65_535);
 const ZPositiveInt = z.coerce.number().int().positive();
 
-export const ZConfig = z.object({
+/**
+ * How much longer than TRANSFER_OUTCOME_WAIT_MS the idempotency lease must be. A Shape A transfer
+ * (POST /v1/transfers to a bank account) holds its key through: the transaction that claims the key
+ * and places the hold; the settlement workflow's start and outcome, bounded by the outcome wait plus
+ * the 2 s start margin (START_MARGIN_MS in services/rail-transfers.ts); the transaction that records
+ * the response. 5 s covers the start margin and both transactions, with room to spare.
+ */
+export const IDEMPOTENCY_LEASE_MARGIN_MS = 5_000;
+
+const ZConfigFields = z.object({
   NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -32,7 +41,9 @@ export const ZConfig = z.object({
   LOGIN_THROTTLE_AFTER_FAILURES: ZPositiveInt.max(100).default(5),
   LOGIN_LOCK_AFTER_FAILURES: ZPositiveInt.max(1000).default(10),
   LOGIN_LOCK_MINUTES: ZPositiveInt.max(7 * 24 * 60).default(60),
-  IDEMPOTENCY_TTL_HOURS: ZPositiveInt.min(24).max(24 * 30).default(24),
+  IDEMPOTENCY_TTL_HOURS: ZPositiveInt.min(24)
+    .max(24 * 30)
+    .default(24),
   IDEMPOTENCY_LEASE_MS: ZPositiveInt.min(1000).max(600_000).default(60_000),
   TRANSFER_OUTCOME_WAIT_MS: ZPositiveInt.max(10_000).default(3_000),
   SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
@@ -41,9 +52,26 @@ export const ZConfig = z.object({
   ALLOW_PRIVATE_WEBHOOK_URLS: z.enum(['0', '1']).default('0'),
   WEBHOOK_ATTEMPT_TIMEOUT_MS: ZPositiveInt.min(1000).max(30_000).default(15_000),
   WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT: ZPositiveInt.max(100).default(10),
-  WEBHOOK_MAX_PAYLOAD_BYTES: ZPositiveInt.min(1024).max(1024 * 1024).default(256 * 1024),
+  WEBHOOK_MAX_PAYLOAD_BYTES: ZPositiveInt.min(1024)
+    .max(1024 * 1024)
+    .default(256 * 1024),
   WEBHOOK_ENDPOINTS_MAX: ZPositiveInt.max(100).default(16),
   WEBHOOK_DISPATCH_INTERVAL_MS: ZPositiveInt.min(10).max(60_000).default(250),
+});
+
+/** The variables, and the rules between them. */
+export const ZConfig = ZConfigFields.superRefine((config, context) => {
+  const leaseMin = config.TRANSFER_OUTCOME_WAIT_MS + IDEMPOTENCY_LEASE_MARGIN_MS;
+  if (config.IDEMPOTENCY_LEASE_MS < leaseMin) {
+    context.addIssue({
+      code: 'custom',
+      path: ['IDEMPOTENCY_LEASE_MS'],
+      message:
+        `must be at least TRANSFER_OUTCOME_WAIT_MS + ${IDEMPOTENCY_LEASE_MARGIN_MS} ms (${leaseMin}): a Shape A ` +
+        'transfer holds its key while it waits for the outcome, and a shorter lease lets a retry take the key ' +
+        'over from a request that is still running',
+    });
+  }
 });
 
 export type TConfig = z.infer<typeof ZConfig> & { dataDir: string };

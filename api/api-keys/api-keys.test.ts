@@ -41,8 +41,42 @@ describe('payment API keys', () => {
     assert.equal(listed.body.has_more, false);
     assert.equal(listed.body.next_cursor, null);
 
-    const stored = await testApp.ownerSql<{ secret_hash: Buffer }[]>`select secret_hash from api_keys where id = ${created.body._id}`;
+    const stored = await testApp.ownerSql<
+      { secret_hash: Buffer }[]
+    >`select secret_hash from api_keys where id = ${created.body._id}`;
     assert.equal(stored[0]!.secret_hash.length, 32);
+  });
+
+  it('keeps no secret in the idempotency store: a replay answers 201 with the key and secret null', async () => {
+    const idempotencyKey = `api-key-${Date.now()}-${Math.random().toString(16).slice(2)}`;
+    const create = () =>
+      call(testApp, 'POST', '/admin/payments/api-keys', {
+        token: tenant.token,
+        body: { name: 'Idempotent', environment: 'sandbox' },
+        headers: { 'idempotency-key': idempotencyKey },
+      });
+    const created = await create();
+    assert.equal(created.status, 201);
+    assert.equal(created.headers.get('idempotent-replayed'), null);
+    assert.equal(created.headers.get('cache-control'), 'no-store');
+    const { secret } = created.body as { secret: string };
+    assert.match(secret, /^sk_sandbox_[0-9A-Za-z]{44}$/);
+
+    const replay = await create();
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(replay.body, { ...created.body, secret: null }, 'the same key, without its secret');
+    assert.equal((await authenticateApiKey(testApp.appSql, secret)).keyId, created.body._id, 'one key was created');
+
+    const rows = await testApp.ownerSql<{ status: string; response_body: Buffer | null }[]>`
+      select status, response_body from idempotency_keys
+      where company_id = ${tenant.company.id} and environment = 'admin' and key = ${idempotencyKey}`;
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0]!.status, 'completed');
+    const stored = rows[0]!.response_body!.toString('utf8');
+    assert.equal(stored.includes(secret), false, 'the secret is not in the idempotency store');
+    assert.equal(stored.includes(secret.slice('sk_sandbox_'.length)), false);
+    assert.equal((JSON.parse(stored) as { secret: unknown }).secret, null);
   });
 
   it('refuses a live key until the company is verified, then issues one that authenticates as live', async () => {
@@ -68,11 +102,15 @@ describe('payment API keys', () => {
       token: tenant.token,
       body: { name: 'Short-lived', environment: 'sandbox' },
     });
-    const revoked = await call(testApp, 'DELETE', `/admin/payments/api-keys/${created.body._id}`, { token: tenant.token });
+    const revoked = await call(testApp, 'DELETE', `/admin/payments/api-keys/${created.body._id}`, {
+      token: tenant.token,
+    });
     assert.equal(revoked.status, 200);
     assert.equal(revoked.body.status, 'revoked');
     await rejectsWith(authenticateApiKey(testApp.appSql, created.body.secret), 'INVALID_API_KEY');
-    const again = await call(testApp, 'DELETE', `/admin/payments/api-keys/${created.body._id}`, { token: tenant.token });
+    const again = await call(testApp, 'DELETE', `/admin/payments/api-keys/${created.body._id}`, {
+      token: tenant.token,
+    });
     assert.equal(again.status, 200);
     assert.equal(again.body.revokedAt, revoked.body.revokedAt);
   });
@@ -92,11 +130,18 @@ describe('payment API keys', () => {
       body: { name: '', environment: 'staging', extra: 1 },
     });
     assert.equal(bad.status, 400);
-    assert.deepEqual(bad.body.errors.map((error: { path: string }) => error.path).sort(), ['body', 'body.environment', 'body.name']);
+    assert.deepEqual(bad.body.errors.map((error: { path: string }) => error.path).sort(), [
+      'body',
+      'body.environment',
+      'body.name',
+    ]);
 
     const other = await provisionTestTenant(testApp);
     for (let index = 0; index < 4; index++) {
-      await call(testApp, 'POST', '/admin/payments/api-keys', { token: other.token, body: { name: `k${index}`, environment: 'sandbox' } });
+      await call(testApp, 'POST', '/admin/payments/api-keys', {
+        token: other.token,
+        body: { name: `k${index}`, environment: 'sandbox' },
+      });
     }
     const seen: string[] = [];
     let cursor: string | null = null;
@@ -114,8 +159,14 @@ describe('payment API keys', () => {
     } while (cursor);
     assert.equal(seen.length, 5, 'four created + the default sandbox key');
     assert.deepEqual([...seen].sort().reverse(), seen, 'newest first');
-    assert.equal((await call(testApp, 'GET', '/admin/payments/api-keys?limit=101', { token: other.token })).status, 400);
-    assert.equal((await call(testApp, 'GET', '/admin/payments/api-keys?cursor=%%%', { token: other.token })).status, 400);
+    assert.equal(
+      (await call(testApp, 'GET', '/admin/payments/api-keys?limit=101', { token: other.token })).status,
+      400,
+    );
+    assert.equal(
+      (await call(testApp, 'GET', '/admin/payments/api-keys?cursor=%%%', { token: other.token })).status,
+      400,
+    );
   });
 
   it('records every key change in the company audit chain', async () => {

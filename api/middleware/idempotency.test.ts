@@ -15,15 +15,37 @@ import { insertOutboxEntry } from '../../db/outbox.ts';
 import { withSystemScope, withTenant } from '../../db/tenant.ts';
 import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../../test-support/db.ts';
 import { DomainError } from '../../workflows/shared/errors.ts';
-import { createIdempotency, requestFingerprint, type ClaimInTransaction, type IdempotencyScope } from './idempotency.ts';
+import {
+  createIdempotency,
+  requestFingerprint,
+  type ClaimInTransaction,
+  type IdempotencyScope,
+} from './idempotency.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const COMPANY_A = `co_${randomBytes(16).toString('hex')}`;
 const COMPANY_B = `co_${randomBytes(16).toString('hex')}`;
-const serverLimits = { host: '127.0.0.1', port: 0, requestTimeoutMs: 10_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 1_000 };
+const serverLimits = {
+  host: '127.0.0.1',
+  port: 0,
+  requestTimeoutMs: 10_000,
+  headersTimeoutMs: 10_000,
+  keepAliveTimeoutMs: 1_000,
+};
 
 const ZProbeBody = z.strictObject({
-  mode: z.enum(['ok', 'slow', 'crash-once', 'domain-error', 'not-found', 'hot-path', 'hot-path-crash-once']),
+  mode: z.enum([
+    'ok',
+    'slow',
+    'crash-once',
+    'domain-error',
+    'not-found',
+    'hot-path',
+    'hot-path-crash-once',
+    'lease-lost-once',
+    'lease-taken-over',
+    'replay-body',
+  ]),
   note: z.string().max(100).optional(),
 });
 type TProbeBody = z.infer<typeof ZProbeBody>;
@@ -43,22 +65,41 @@ function countExecution(key: string): number {
  * The probe operation: writes an outbox row for its company (through the app pool, under row-level
  * security) and answers 201 with a Location, or fails the way `mode` says.
  */
-async function probe(appSql: Sql, ctx: Context, scope: IdempotencyScope, body: TProbeBody): Promise<void> {
+async function probe(
+  appSql: Sql,
+  ctx: Context,
+  scope: IdempotencyScope,
+  body: TProbeBody,
+  ownerSql: Sql,
+): Promise<void> {
   const { mode } = body;
   const key = ctx.get('Idempotency-Key') || `keyless-${randomBytes(4).toString('hex')}`;
   const attempt = (attempts.get(key) ?? 0) + 1;
   attempts.set(key, attempt);
   if (mode === 'crash-once' && attempt === 1) throw new Error('connection reset by peer');
-  if (mode === 'domain-error') throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account lacks funds.');
+  if (mode === 'domain-error')
+    throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account lacks funds.');
   if (mode === 'not-found') throw problems.notFound('No account acc_123.');
   const number = countExecution(key);
   const id = `probe_${number}`;
-  const entry = { companyId: scope.companyId, workflowType: 'probe', workflowId: `probe-${process.pid}-${number}`, taskQueue: 'payments-core', payload: { key } };
-  if (mode === 'hot-path' || mode === 'hot-path-crash-once') {
+  const entry = {
+    companyId: scope.companyId,
+    workflowType: 'probe',
+    workflowId: `probe-${process.pid}-${number}`,
+    taskQueue: 'payments-core',
+    payload: { key },
+  };
+  if (mode === 'hot-path' || mode === 'hot-path-crash-once' || mode === 'lease-lost-once') {
+    if (mode === 'lease-lost-once' && attempt === 1) await loseLease(ownerSql, key, 'released');
     await withTenant(appSql, scope.companyId, async (tx) => {
       await insertOutboxEntry(tx, entry);
-      await ctx.state.idempotency!.recordResponse(tx, { status: 201, body: { id, recorded: true }, location: `/v1/probes/${id}` });
-      if (mode === 'hot-path-crash-once' && attempt === 1) throw new Error('ledger constraint violated after recording');
+      await ctx.state.idempotency!.recordResponse(tx, {
+        status: 201,
+        body: { id, recorded: true },
+        location: `/v1/probes/${id}`,
+      });
+      if (mode === 'hot-path-crash-once' && attempt === 1)
+        throw new Error('ledger constraint violated after recording');
     });
     ctx.status = 200;
     ctx.body = { ignored: 'run sends the recorded response' };
@@ -69,6 +110,23 @@ async function probe(appSql: Sql, ctx: Context, scope: IdempotencyScope, body: T
   ctx.status = 201;
   ctx.set('Location', `/v1/probes/${id}`);
   ctx.body = { id, object: 'probe', amount: '10.00', note: body.note ?? null, text: 'ünïcode ✓' };
+  if (mode === 'replay-body') {
+    ctx.body = { id, secret: `secret-${key}` };
+    ctx.state.idempotentReplayBody = { id, secret: null };
+  }
+}
+
+/**
+ * Another request takes this one's key over (its lease "expired"): 'released' → that request then
+ * failed and released the key (the row is gone); 'running' → it still holds the key, under its own lease.
+ */
+async function loseLease(ownerSql: Sql, key: string, how: 'released' | 'running'): Promise<void> {
+  await withSystemScope(ownerSql, (tx) =>
+    how === 'released'
+      ? tx`delete from idempotency_keys where key = ${key}`
+      : tx`update idempotency_keys set locked_until = date_trunc('milliseconds', now() + interval '1 minute')
+           where key = ${key}`,
+  );
 }
 
 /**
@@ -81,15 +139,18 @@ async function claimedProbe(
   scope: IdempotencyScope,
   body: TProbeBody,
   claim: ClaimInTransaction,
+  ownerSql: Sql,
 ): Promise<void> {
   const { mode } = body;
   const key = ctx.get('Idempotency-Key');
+  let attempt = 0;
   const number = await withTenant(appSql, scope.companyId, async (tx) => {
     await claim(tx);
     // Counted once the claim holds: a request whose key exists stops at the claim.
-    const attempt = (attempts.get(key) ?? 0) + 1;
+    attempt = (attempts.get(key) ?? 0) + 1;
     attempts.set(key, attempt);
-    if (mode === 'domain-error') throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account lacks funds.');
+    if (mode === 'domain-error')
+      throw new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account lacks funds.');
     if (mode === 'crash-once' && attempt === 1) throw new Error('connection reset by peer');
     const executed = countExecution(key);
     await insertOutboxEntry(tx, {
@@ -102,9 +163,16 @@ async function claimedProbe(
     return executed;
   });
   if (mode === 'slow') await delay(300);
+  // The write committed; meanwhile another request took the key over (and released it, or holds it).
+  if (mode === 'lease-lost-once' && attempt === 1) await loseLease(ownerSql, key, 'released');
+  if (mode === 'lease-taken-over') await loseLease(ownerSql, key, 'running');
   const id = `probe_${number}`;
   await withTenant(appSql, scope.companyId, (tx) =>
-    ctx.state.idempotency!.recordResponse(tx, { status: 201, body: { id, claimed: true }, location: `/v1/claimed-probes/${id}` }),
+    ctx.state.idempotency!.recordResponse(tx, {
+      status: 201,
+      body: { id, claimed: true },
+      location: `/v1/claimed-probes/${id}`,
+    }),
   );
 }
 
@@ -116,6 +184,7 @@ interface TestServer {
 
 /** The real middleware stack on a real listener; its own pool connects as payments_app (RLS). */
 async function startServer(database: TestDatabase): Promise<TestServer> {
+  const ownerSql = database.sql;
   const appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-idempotency', poolMax: 10 });
   const idempotency = createIdempotency({ sql: appSql, options: { ttlMs: DAY_MS, leaseMs: 60_000 } });
   // The company comes from a test header here; in the service it comes from authentication.
@@ -143,15 +212,17 @@ async function startServer(database: TestDatabase): Promise<TestServer> {
     });
   const routes = [
     probeRoute('/v1/probes', 'createProbe', 'sandbox', (ctx, scope, body) =>
-      idempotency.run(ctx, scope, { required: true }, () => probe(appSql, ctx, scope, body)),
+      idempotency.run(ctx, scope, { required: true }, () => probe(appSql, ctx, scope, body, ownerSql)),
     ),
     probeRoute('/v1/claimed-probes', 'createClaimedProbe', 'sandbox', (ctx, scope, body) =>
       idempotency.run(ctx, scope, { required: true, deferred: true }, () =>
-        ctx.state.deferredIdempotency!.claimInTransaction((claim) => claimedProbe(appSql, ctx, scope, body, claim)),
+        ctx.state.deferredIdempotency!.claimInTransaction((claim) =>
+          claimedProbe(appSql, ctx, scope, body, claim, ownerSql),
+        ),
       ),
     ),
     probeRoute('/admin/probes', 'createAdminProbe', 'admin', (ctx, scope, body) =>
-      idempotency.run(ctx, scope, { required: false }, () => probe(appSql, ctx, scope, body)),
+      idempotency.run(ctx, scope, { required: false }, () => probe(appSql, ctx, scope, body, ownerSql)),
     ),
   ];
   const app = createHttpApp({ logger: pino({ level: 'silent' }), limits: { bodyLimitBytes: 16 * 1024 } }, routes);
@@ -178,11 +249,23 @@ async function send(
   path: string,
   options: { key?: string; body?: unknown; rawBody?: string; company?: 'a' | 'b' },
 ): Promise<Reply> {
-  const headers: Record<string, string> = { 'content-type': 'application/json', 'x-test-company': options.company ?? 'a' };
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    'x-test-company': options.company ?? 'a',
+  };
   if (options.key !== undefined) headers['idempotency-key'] = options.key;
-  const response = await fetch(url + path, { method: 'POST', headers, body: options.rawBody ?? JSON.stringify(options.body) });
+  const response = await fetch(url + path, {
+    method: 'POST',
+    headers,
+    body: options.rawBody ?? JSON.stringify(options.body),
+  });
   const bytes = Buffer.from(await response.arrayBuffer());
-  return { status: response.status, headers: response.headers, bytes, json: bytes.length > 0 ? (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>) : {} };
+  return {
+    status: response.status,
+    headers: response.headers,
+    bytes,
+    json: bytes.length > 0 ? (JSON.parse(bytes.toString('utf8')) as Record<string, unknown>) : {},
+  };
 }
 
 const newKey = (label: string) => `${label}-${randomBytes(8).toString('hex')}`;
@@ -207,8 +290,11 @@ describe('idempotency middleware', () => {
   const row = (companyId: string, key: string, environment: IdempotencyScope['environment'] = 'sandbox') =>
     withTenant(server.appSql, companyId, (tx) => findIdempotencyKey(tx, { companyId, environment, key }));
   const outboxRows = async (key: string) => {
-    const [result] = await withSystemScope(database.sql, (tx) => tx<{ count: number }[]>`
-      select count(*)::int as count from outbox where payload->>'key' = ${key}`);
+    const [result] = await withSystemScope(
+      database.sql,
+      (tx) => tx<{ count: number }[]>`
+      select count(*)::int as count from outbox where payload->>'key' = ${key}`,
+    );
     return result!.count;
   };
 
@@ -237,7 +323,10 @@ describe('idempotency middleware', () => {
     assert.equal(await outboxRows(key), 1);
 
     // The same request later, with its JSON keys reordered and spaced differently: the same request.
-    const later = await send(server.url, '/v1/probes', { key, rawBody: '{ "note": "twenty at once",\n "mode": "slow" }' });
+    const later = await send(server.url, '/v1/probes', {
+      key,
+      rawBody: '{ "note": "twenty at once",\n "mode": "slow" }',
+    });
     assert.equal(later.status, 201);
     assert.ok(replayed(later));
     assert.ok(later.bytes.equals(original.bytes), 'the replayed body is byte for byte the first one');
@@ -291,11 +380,15 @@ describe('idempotency middleware', () => {
     const body = { mode: 'ok', note: 'the first process died' };
     const hash = requestFingerprint('POST', '/v1/probes', body);
     const insertRunning = (key: string, lockedUntil: string) =>
-      withTenant(server.appSql, COMPANY_A, (tx) => tx`
+      withTenant(
+        server.appSql,
+        COMPANY_A,
+        (tx) => tx`
         insert into idempotency_keys (company_id, environment, key, request_method, request_path, request_hash, status,
                                       locked_until, expires_at)
         values (${COMPANY_A}, 'sandbox', ${key}, 'POST', '/v1/probes', ${hash}, 'running',
-                date_trunc('milliseconds', now() + ${lockedUntil}::interval), now() + interval '25 hours')`);
+                date_trunc('milliseconds', now() + ${lockedUntil}::interval), now() + interval '25 hours')`,
+      );
 
     const liveKey = newKey('live-lease');
     await insertRunning(liveKey, '1 minute');
@@ -306,8 +399,11 @@ describe('idempotency middleware', () => {
 
     const deadKey = newKey('expired-lease');
     await insertRunning(deadKey, '-1 second');
-    const deadLease = ((await row(COMPANY_A, deadKey)) as Extract<IdempotencyRecord, { status: 'running' }>).lockedUntil;
-    const replies = await Promise.all(Array.from({ length: 10 }, () => send(server.url, '/v1/probes', { key: deadKey, body })));
+    const deadLease = ((await row(COMPANY_A, deadKey)) as Extract<IdempotencyRecord, { status: 'running' }>)
+      .lockedUntil;
+    const replies = await Promise.all(
+      Array.from({ length: 10 }, () => send(server.url, '/v1/probes', { key: deadKey, body })),
+    );
     const originals = replies.filter((reply) => reply.status === 201 && !replayed(reply));
     assert.equal(originals.length, 1, `statuses: ${replies.map((reply) => reply.status).join(',')}`);
     for (const reply of replies) assert.ok(reply === originals[0] || reply.status === 409 || replayed(reply));
@@ -322,7 +418,8 @@ describe('idempotency middleware', () => {
         key: deadKey,
         lease: deadLease,
         response: { status: 500, headers: {}, body: Buffer.alloc(0) },
-      }));
+      }),
+    );
     assert.equal(stale, false);
   });
 
@@ -335,7 +432,9 @@ describe('idempotency middleware', () => {
     const originals = replies.filter((reply) => reply.status === 201 && !replayed(reply));
     assert.equal(originals.length, 1, `statuses: ${replies.map((reply) => reply.status).join(',')}`);
     for (const reply of replies) {
-      assert.ok(reply === originals[0] || reply.status === 409 || (replayed(reply) && reply.bytes.equals(originals[0]!.bytes)));
+      assert.ok(
+        reply === originals[0] || reply.status === 409 || (replayed(reply) && reply.bytes.equals(originals[0]!.bytes)),
+      );
     }
     assert.equal(executions.get(key), 1);
     assert.equal(await outboxRows(key), 1);
@@ -368,11 +467,15 @@ describe('idempotency middleware', () => {
     const deadKey = newKey('claimed-dead');
     const deadBody = { mode: 'ok' };
     const hash = requestFingerprint('POST', path, deadBody);
-    await withTenant(server.appSql, COMPANY_A, (tx) => tx`
+    await withTenant(
+      server.appSql,
+      COMPANY_A,
+      (tx) => tx`
       insert into idempotency_keys (company_id, environment, key, request_method, request_path, request_hash, status,
                                     locked_until, expires_at)
       values (${COMPANY_A}, 'sandbox', ${deadKey}, 'POST', ${path}, ${hash}, 'running',
-              date_trunc('milliseconds', now() - interval '1 second'), now() + interval '25 hours')`);
+              date_trunc('milliseconds', now() - interval '1 second'), now() + interval '25 hours')`,
+    );
     const takenOver = await send(server.url, path, { key: deadKey, body: deadBody });
     assert.equal(takenOver.status, 201);
     assert.ok(!replayed(takenOver));
@@ -397,7 +500,10 @@ describe('idempotency middleware', () => {
   });
 
   it('stores a decided 4xx problem (DomainError or HttpProblem) and replays it', async () => {
-    for (const [mode, status, code] of [['domain-error', 422, 'INSUFFICIENT_FUNDS'], ['not-found', 404, 'NOT_FOUND']] as const) {
+    for (const [mode, status, code] of [
+      ['domain-error', 422, 'INSUFFICIENT_FUNDS'],
+      ['not-found', 404, 'NOT_FOUND'],
+    ] as const) {
       const key = newKey(mode);
       const first = await send(server.url, '/v1/probes', { key, body: { mode } });
       assert.equal(first.status, status);
@@ -451,7 +557,7 @@ describe('idempotency middleware', () => {
     assert.equal((await row(COMPANY_A, key, 'admin'))?.status, 'completed');
   });
 
-  it("lets a handler store the response in its own transaction (ctx.state.idempotency)", async () => {
+  it('lets a handler store the response in its own transaction (ctx.state.idempotency)', async () => {
     const key = newKey('hot-path');
     const first = await send(server.url, '/v1/probes', { key, body: { mode: 'hot-path' } });
     assert.equal(first.status, 201);
@@ -472,5 +578,74 @@ describe('idempotency middleware', () => {
     assert.ok(!replayed(retried));
     assert.equal(await outboxRows(crashKey), 1);
     assert.equal((await row(COMPANY_A, crashKey))?.status, 'completed');
+  });
+
+  it('never stores its own 409 as the answer when claimInTransaction loses its lease after the write', async () => {
+    const path = '/v1/claimed-probes';
+    // Review reproduction: the write committed, then the key was taken over by a retry that failed
+    // and released it. Recording finds no row under this lease: the caller gets 409 and nothing is stored.
+    const key = newKey('claimed-lease-lost');
+    const body = { mode: 'lease-lost-once' };
+    const lost = await send(server.url, path, { key, body });
+    assert.equal(lost.status, 409);
+    assert.equal(lost.json.code, 'IDEMPOTENCY_REQUEST_IN_PROGRESS');
+    assert.equal(lost.headers.get('retry-after'), '1');
+    assert.ok(!replayed(lost));
+    assert.equal(executions.get(key), 1, 'the write committed');
+    assert.equal(await row(COMPANY_A, key), undefined, 'no 409 stored as the key’s answer');
+    // The retry executes (a real handler finds its committed write by the key) and its answer is kept.
+    const retried = await send(server.url, path, { key, body });
+    assert.equal(retried.status, 201);
+    assert.ok(!replayed(retried));
+    assert.equal((await row(COMPANY_A, key))?.status, 'completed');
+    const replay = await send(server.url, path, { key, body });
+    assert.ok(replayed(replay) && replay.bytes.equals(retried.bytes));
+
+    // Taken over by a request that still runs: its running row is left alone, and a retry waits for it.
+    const heldKey = newKey('claimed-taken-over');
+    const held = await send(server.url, path, { key: heldKey, body: { mode: 'lease-taken-over' } });
+    assert.equal(held.status, 409);
+    assert.equal(held.json.code, 'IDEMPOTENCY_REQUEST_IN_PROGRESS');
+    assert.ok(!replayed(held));
+    assert.equal((await row(COMPANY_A, heldKey))?.status, 'running');
+    const busy = await send(server.url, path, { key: heldKey, body: { mode: 'lease-taken-over' } });
+    assert.equal(busy.status, 409);
+    assert.ok(!replayed(busy));
+    assert.equal(executions.get(heldKey), 1);
+  });
+
+  it('answers 409 and stores nothing when recordResponse (classic flow) finds its lease lost', async () => {
+    const key = newKey('hot-path-lease-lost');
+    const body = { mode: 'lease-lost-once' };
+    const lost = await send(server.url, '/v1/probes', { key, body });
+    assert.equal(lost.status, 409);
+    assert.equal(lost.json.code, 'IDEMPOTENCY_REQUEST_IN_PROGRESS');
+    assert.ok(!replayed(lost));
+    assert.equal(await row(COMPANY_A, key), undefined);
+    assert.equal(await outboxRows(key), 0, 'the lost lease aborted the handler’s transaction');
+    const retried = await send(server.url, '/v1/probes', { key, body });
+    assert.equal(retried.status, 201);
+    assert.ok(!replayed(retried));
+    assert.equal(await outboxRows(key), 1);
+    assert.equal((await row(COMPANY_A, key))?.status, 'completed');
+  });
+
+  it('stores and replays ctx.state.idempotentReplayBody instead of the body first sent', async () => {
+    const key = newKey('replay-body');
+    const body = { mode: 'replay-body' };
+    const first = await send(server.url, '/v1/probes', { key, body });
+    assert.equal(first.status, 201);
+    assert.equal(first.json.secret, `secret-${key}`);
+    assert.ok(!replayed(first));
+    const stored = await row(COMPANY_A, key);
+    assert.ok(stored?.status === 'completed');
+    assert.equal(stored.response.body.includes(`secret-${key}`), false, 'the secret is not stored');
+    const replay = await send(server.url, '/v1/probes', { key, body });
+    assert.equal(replay.status, 201);
+    assert.ok(replayed(replay));
+    assert.deepEqual(replay.json, { id: first.json.id, secret: null });
+    assert.equal(replay.headers.get('content-type'), first.headers.get('content-type'));
+    assert.equal(replay.headers.get('location'), first.headers.get('location'));
+    assert.equal(executions.get(key), 1);
   });
 });

@@ -34,12 +34,20 @@ import { knownProblem, sendProblem } from './errors.ts';
 //   same key, first request still running   → 409 IDEMPOTENCY_REQUEST_IN_PROGRESS, `Retry-After: 1`
 //   same key, running but its lease expired (the process died mid-request) → taken over and executed
 //
-// An HttpProblem or DomainError below 500 (except 429, which says "later", not "no") is the
-// operation's decided answer and is stored like any response. Any other failure deletes the running
-// row, so that a retry executes, and is rethrown to the error middleware.
+// An HttpProblem or DomainError below 500 (except 429 and 409 IDEMPOTENCY_REQUEST_IN_PROGRESS, which
+// say "later", not "no") is the operation's decided answer and is stored like any response. Any other
+// failure deletes the running row, so that a retry executes, and is rethrown to the error middleware.
 //
 // A request's lease must outlast its longest possible run (set it above the server's request
-// timeout): once it expires, a retry takes the key over and executes the operation again.
+// timeout): once it expires, a retry takes the key over and executes the operation again. A request
+// that finds, when it records its response, that it lost its lease stores nothing (the key is
+// another request's now, or gone) and is answered 409 IDEMPOTENCY_REQUEST_IN_PROGRESS: its retry
+// gets the other request's answer, or executes again when the key was released.
+//
+// What is stored is what was sent, byte for byte, unless the handler sets
+// `ctx.state.idempotentReplayBody` (see DefaultState below): then the first request is answered
+// with ctx.body and the store keeps, and a replay answers with, that body instead (a secret shown
+// once is not kept in idempotency_keys nor shown again).
 //
 // Routes declared `idempotent: 'deferred'` (POST /v1/transfers) claim the key themselves, through
 // `ctx.state.deferredIdempotency`: either the classic flow above, or the single-statement flow in
@@ -78,8 +86,9 @@ export interface IdempotentResponse {
  * the response is stored and the key completed atomically with the business change; if that
  * transaction rolls back, so does the completion. `run` then sends exactly the recorded response
  * (whatever the handler put in ctx.body) and does not store it again. It may be called once; it
- * throws a 409 IDEMPOTENCY_REQUEST_IN_PROGRESS problem, which should abort the transaction, when
- * this request no longer holds the key (its lease expired and another request took it over).
+ * throws an internal error, which must abort the transaction (let it propagate), when this request
+ * no longer holds the key (its lease expired and another request took it over, and may have
+ * released it): nothing is then stored, and the caller is answered 409 IDEMPOTENCY_REQUEST_IN_PROGRESS.
  */
 export interface IdempotencyContext {
   key: string;
@@ -135,10 +144,30 @@ class KeyTaken extends Error {
   }
 }
 
+/**
+ * This request no longer holds its key: thrown by recordResponse when completing the key under this
+ * request's lease fails (the lease expired and another request took the key over, and may have
+ * released it since). Never the key's answer: runHolding stores nothing and answers 409.
+ */
+class LeaseLost extends Error {
+  constructor() {
+    super('the Idempotency-Key lease was lost before the response was recorded');
+  }
+}
+
 declare module 'koa' {
   interface DefaultState {
     idempotency?: IdempotencyContext;
     deferredIdempotency?: DeferredIdempotency;
+    /**
+     * Set by a handler whose response body must not be kept as sent (a secret shown once): the
+     * body, a JSON value, that the idempotency store keeps instead of ctx.body, and that a replay
+     * of the request (same key, same request) answers with, same status and headers. The first
+     * request is answered with ctx.body. Applies to a successful response the middleware captures
+     * from ctx (the classic flow, claimThenRun, claimInTransaction without recordResponse); not to
+     * a refusal, nor to responses a handler records itself (recordResponse, inStatement).
+     */
+    idempotentReplayBody?: unknown;
   }
 }
 
@@ -185,17 +214,18 @@ function readKey(ctx: Context): string | undefined {
   return value;
 }
 
+/** A body as the bytes Koa sends for it: a Buffer as is, a string as UTF-8, anything else as JSON. */
+function bodyBytes(body: unknown, status: number): Buffer {
+  if (body === undefined || body === null || EMPTY_BODY_STATUSES.has(status)) return Buffer.alloc(0);
+  if (Buffer.isBuffer(body)) return body;
+  if (typeof body === 'string') return Buffer.from(body, 'utf8');
+  assert(typeof (body as { pipe?: unknown }).pipe !== 'function', 'an idempotent write cannot answer with a stream');
+  return Buffer.from(JSON.stringify(body));
+}
+
 /** Status, Content-Type, Location and body bytes of the response the handler produced. */
 function captureResponse(ctx: Context, extraHeaders: Record<string, string> = {}): StoredResponse {
-  const body: unknown = ctx.body;
-  let bytes: Buffer;
-  if (body === undefined || body === null || EMPTY_BODY_STATUSES.has(ctx.status)) bytes = Buffer.alloc(0);
-  else if (Buffer.isBuffer(body)) bytes = body;
-  else if (typeof body === 'string') bytes = Buffer.from(body, 'utf8');
-  else {
-    assert(typeof (body as { pipe?: unknown }).pipe !== 'function', 'an idempotent write cannot answer with a stream');
-    bytes = Buffer.from(JSON.stringify(body));
-  }
+  const bytes = bodyBytes(ctx.body, ctx.status);
   const headers: Record<string, string> = {};
   const contentType = ctx.response.get('Content-Type');
   if (bytes.length > 0 && contentType) headers['content-type'] = contentType;
@@ -203,6 +233,14 @@ function captureResponse(ctx: Context, extraHeaders: Record<string, string> = {}
   if (location) headers.location = location;
   for (const [name, value] of Object.entries(extraHeaders)) headers[name.toLowerCase()] = value;
   return { status: ctx.status, headers, body: bytes };
+}
+
+/** `sent` with the body a replay shows instead (ctx.state.idempotentReplayBody): what the store keeps. */
+function withReplayBody(sent: StoredResponse, replayBody: unknown): StoredResponse {
+  const body = bodyBytes(replayBody, sent.status);
+  const { 'content-type': contentType, ...headers } = sent.headers;
+  if (body.length > 0) headers['content-type'] = contentType ?? JSON_CONTENT_TYPE;
+  return { status: sent.status, headers, body };
 }
 
 /** Writes a stored response to ctx; the first response and every replay go through here alike. */
@@ -225,10 +263,14 @@ function fromIdempotentResponse(response: IdempotentResponse): StoredResponse {
   };
 }
 
+/** Problems that say "later", not "no": never a key's answer. */
+const RETRY_LATER_CODES = new Set([problems.idempotencyRequestInProgress().code]);
+
 /** The decided answer an error stands for, or undefined when the outcome is unknown (release the key). */
 function decidedProblem(error: unknown): HttpProblem | undefined {
   const problem = knownProblem(error);
-  return problem && problem.status < 500 && problem.status !== 429 ? problem : undefined;
+  const later = problem !== undefined && (problem.status === 429 || RETRY_LATER_CODES.has(problem.code));
+  return problem && problem.status < 500 && !later ? problem : undefined;
 }
 
 interface RequestFingerprint {
@@ -311,8 +353,17 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     });
   }
 
-  /** Completes the key with the response, then sends the very bytes that were stored. */
-  async function store(ctx: Context, id: IdempotencyKeyId, lease: Date, response: StoredResponse): Promise<void> {
+  /**
+   * Completes the key with the response, then sends the very bytes that were stored, or `sent`
+   * when given (the first answer to a request whose replays show another body).
+   */
+  async function store(
+    ctx: Context,
+    id: IdempotencyKeyId,
+    lease: Date,
+    response: StoredResponse,
+    sent: StoredResponse = response,
+  ): Promise<void> {
     try {
       const completed = await withTenant(sql, id.companyId, (tx) =>
         completeIdempotencyKey(tx, { ...id, lease, response }),
@@ -325,7 +376,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         'idempotency: could not store the response; a retry after the lease may execute again',
       );
     }
-    writeResponse(ctx, response);
+    writeResponse(ctx, sent);
   }
 
   /** The classic flow: claim the key as running, execute, store the response (or a decided problem). */
@@ -382,7 +433,8 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
    * Runs `execute` under the key's lease and stores its answer. `leaseOf` gives the lease: known
    * before `execute` in the classic flow, set by the claim inside it when `claimInside`
    * (claimInTransaction); then the claim may also have rolled back with the handler's transaction,
-   * and a decided refusal is inserted as a completed key instead.
+   * and a decided refusal is inserted as a completed key instead. A lease found lost by
+   * recordResponse is never stored, whatever the handler makes of it: the caller gets 409.
    */
   async function runHolding(
     ctx: Context,
@@ -393,6 +445,12 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     claimInside: boolean,
   ) {
     let recorded: StoredResponse | undefined;
+    let leaseLost = false;
+    /** Another request holds the key now (or released it): nothing of ours may be stored under it. */
+    const lostLease = () => {
+      ctx.state.logger.warn({ key: id.key }, 'idempotency: lease lost before the response was recorded; answering 409');
+      return problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+    };
     ctx.state.idempotency = {
       key: id.key,
       scope: { companyId: id.companyId, environment: id.environment },
@@ -402,7 +460,8 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         assert(lease !== undefined, 'recordResponse needs the key claimed first');
         const stored = fromIdempotentResponse(response);
         if (!(await completeIdempotencyKey(tx, { ...id, lease, response: stored }))) {
-          throw problems.idempotencyRequestInProgress(RETRY_AFTER_SECONDS);
+          leaseLost = true;
+          throw new LeaseLost();
         }
         recorded = stored;
       },
@@ -412,6 +471,8 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       await execute();
     } catch (error) {
       if (error instanceof KeyTaken) throw error;
+      // Not a decided answer, nor ours to release: the key belongs to another request, or is gone.
+      if (leaseLost || error instanceof LeaseLost) throw lostLease();
       const problem = decidedProblem(error);
       const lease = leaseOf();
       if (!problem) {
@@ -447,13 +508,16 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       ctx.state.idempotency = undefined;
     }
 
+    if (leaseLost) throw lostLease(); // the handler swallowed LeaseLost: still nothing to store
     if (recorded) {
       writeResponse(ctx, recorded);
       return;
     }
     const lease = leaseOf();
     assert(lease !== undefined, 'a handler run with claimInTransaction must claim its key before it succeeds');
-    await store(ctx, id, lease, captureResponse(ctx));
+    const sent = captureResponse(ctx);
+    const { idempotentReplayBody: replayBody } = ctx.state;
+    await store(ctx, id, lease, replayBody === undefined ? sent : withReplayBody(sent, replayBody), sent);
   }
 
   /**
