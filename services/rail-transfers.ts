@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
 import { WithStartWorkflowOperation, type Client } from '@temporalio/client';
-import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import {
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowIdConflictPolicy,
+  WorkflowIdReusePolicy,
+} from '@temporalio/common';
 import type { Sql, TransactionSql } from '../db/client.ts';
 import type { Environment, LedgerTransfer } from '../db/ledger.ts';
 import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
@@ -52,6 +56,13 @@ const AMOUNT_ERRORS: Record<AmountError, string> = {
 export type PayoutTransfer = Omit<LedgerTransfer, 'version' | 'updatedAt'>;
 
 function payoutTransferOf(transfer: RailTransfer, outcome: TransferSnapshot | undefined): PayoutTransfer {
+  // The workflow answered for another transfer (two transfers under one workflow ID): its outcome
+  // says nothing about this one, and copying it would answer with a status this transfer never had.
+  if (outcome !== undefined && outcome.transferId !== transfer.id) {
+    throw new Error(
+      `settlement workflow ${transfer.workflowId} answered for transfer ${outcome.transferId}, not ${transfer.id}`,
+    );
+  }
   return {
     id: transfer.id,
     companyId: transfer.companyId,
@@ -76,12 +87,38 @@ function payoutTransferOf(transfer: RailTransfer, outcome: TransferSnapshot | un
   };
 }
 
-/** The workflow's own ID, hashed where a key could be long: IDs stay short and printable. */
+const HASHED_KEY_PREFIX = 'sha256-';
+
+/**
+ * The workflow's own ID, hashed where a key could be long: IDs stay short and printable. One key,
+ * one ID, and never one ID for two keys: a key is used as it is only when it could not be the hashed
+ * form of another (it does not start with `sha256-`); every other key, `sha256-…` ones included, is
+ * hashed.
+ */
 export function settlementWorkflowId(companyId: string, environment: Environment, idempotencyKey: string): string {
-  const safe = /^[A-Za-z0-9._:-]{1,100}$/.test(idempotencyKey)
-    ? idempotencyKey
-    : `sha256-${createHash('sha256').update(idempotencyKey).digest('hex')}`;
+  const safe =
+    /^[A-Za-z0-9._:-]{1,100}$/.test(idempotencyKey) && !idempotencyKey.startsWith(HASHED_KEY_PREFIX)
+      ? idempotencyKey
+      : `${HASHED_KEY_PREFIX}${createHash('sha256').update(idempotencyKey).digest('hex')}`;
   return transferWorkflowId(companyId, environment, safe);
+}
+
+/**
+ * Whether a request is the payout a transfer already made under its key: the same source amount and
+ * currency to the same bank account in the same currency, as the transfer stores them.
+ */
+function samePayout(transfer: RailTransfer, request: RailTransferRequest, amountMinor: bigint): boolean {
+  return (
+    transfer.amount === amountMinor &&
+    transfer.currency === request.source.currency &&
+    transfer.destinationExternalAccountId === request.destination.account &&
+    transfer.outCurrency === request.destination.currency
+  );
+}
+
+/** A transfer already holds the Idempotency-Key (as Shape B answers, services/transfers.ts). */
+function keyUsed(): DomainError {
+  return new DomainError('conflict', 'IDEMPOTENCY_KEY_USED', 'A transfer with this Idempotency-Key already exists.');
 }
 
 /** What the route's idempotency layer does inside the payout's transactions (createPayoutTransfer). */
@@ -151,8 +188,14 @@ export async function createPayoutTransfer(
         currency: request.source.currency,
       }),
     ]);
-    // A retry after a crash: the transfer and its hold exist already.
-    if (context.existing) return context.existing;
+    // A retry after a crash: the transfer and its hold exist already. Only for the same payout: once
+    // the key's record is gone (purged, or released after an error that came after the hold's
+    // commit) the key alone does not say that this is a retry, so the request is compared with
+    // what the transfer stores.
+    if (context.existing) {
+      if (!samePayout(context.existing, request, amount.minor)) throw keyUsed();
+      return context.existing;
+    }
     const { bank, wallet } = context;
     if (!bank) {
       throw new DomainError(
@@ -216,36 +259,55 @@ export async function createPayoutTransfer(
       ]);
       return created;
     } catch (error) {
-      if ((error as { constraint_name?: string }).constraint_name === 'ledger_accounts_no_overdraft') {
+      const constraint = (error as { constraint_name?: string }).constraint_name;
+      if (constraint === 'ledger_accounts_no_overdraft') {
         throw new DomainError(
           'unprocessable',
           'INSUFFICIENT_FUNDS',
           `The ${request.source.currency} wallet does not have enough available balance.`,
         );
       }
+      // Another kind of transfer (a Shape B ledger transfer) holds the key, and its record is gone.
+      if (constraint === 'transfers_idempotency_unique') throw keyUsed();
       throw error;
     }
   });
 
+  // The ID the transfer was created with (a retry finds the one its first request stored).
+  const { workflowId: settlementId } = transfer;
   let outcome: TransferSnapshot | undefined;
+  // Whether the workflow has been handed to Temporal: its outbox row is then done with.
+  let dispatched = false;
   try {
     outcome = await startSettlement(
       deps.temporal,
-      workflowId,
+      settlementId,
       { ...input, transferId: transfer.id },
       idempotencyKey,
       deps.outcomeWaitMs,
     );
+    dispatched = true;
   } catch (error) {
-    deps.logger.warn({ err: error, workflowId }, 'settlement workflow not started now; the outbox relay will start it');
+    if (error instanceof WorkflowExecutionAlreadyStartedError) {
+      // The settlement's run has closed (a retry once the key's record is gone): it is not run
+      // again, and the transfer found above is where it left it.
+      dispatched = true;
+      deps.logger.info({ workflowId: settlementId }, 'settlement workflow already closed; answering from the transfer');
+    } else {
+      deps.logger.warn(
+        { err: error, workflowId: settlementId },
+        'settlement workflow not started now; the outbox relay will start it',
+      );
+    }
   }
-  // Without an outcome (not started now) the answer is the transfer as committed (or found) above:
-  // `pending` for a new one, and the outbox row stays for the relay.
+  // Without an outcome (not started now, or closed already) the answer is the transfer as committed
+  // (or found) above: `pending` for a new one, and the outbox row stays for the relay unless the
+  // workflow has been started.
   const answer = payoutTransferOf(transfer, outcome);
-  if (outcome === undefined && record === undefined) return answer;
+  if (!dispatched && record === undefined) return answer;
   const dispatchedAt = new Date();
   const finish = withTenant(deps.sql, scope.companyId, async (tx) => {
-    const marked = outcome === undefined ? undefined : markOutboxDispatched(tx, workflowId, dispatchedAt);
+    const marked = dispatched ? markOutboxDispatched(tx, settlementId, dispatchedAt) : undefined;
     // The response is stored without waiting for the mark's answer: one transaction for both.
     const recorded = record?.(tx, answer);
     await Promise.all([marked, recorded]);
@@ -254,7 +316,10 @@ export async function createPayoutTransfer(
   else {
     // Nothing to record: a lost mark only means that the relay starts (joins) the run again later.
     await finish.catch((error: unknown) => {
-      deps.logger.warn({ err: error, workflowId }, 'outbox row not marked dispatched; the relay will join the run');
+      deps.logger.warn(
+        { err: error, workflowId: settlementId },
+        'outbox row not marked dispatched; the relay will join the run',
+      );
     });
   }
   return answer;
@@ -279,7 +344,10 @@ async function startSettlement(
         workflowId,
         taskQueue: TASK_QUEUES.core,
         args: [input],
+        // A running settlement is joined; a closed one is not started again (as startOnce does), the
+        // start is refused with WorkflowExecutionAlreadyStartedError.
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+        workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
         typedSearchAttributes: [
           { key: SEARCH_ATTRIBUTES.companyId, value: input.companyId },
           { key: SEARCH_ATTRIBUTES.objectId, value: input.transferId },

@@ -2,6 +2,7 @@
 // the settlement workflow started with update-with-start on the time-skipping server, the worker
 // running the real activities against PostgreSQL with the simulated sandbox ACH rail.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -9,6 +10,7 @@ import { Worker } from '@temporalio/worker';
 import { pino } from 'pino';
 import { createActivities } from '../../activities/index.ts';
 import { createOutboxRelayActivities } from '../../activities/outbox-relay.ts';
+import { purgeExpiredIdempotencyKeys } from '../../db/idempotency.ts';
 import { findOutboxEntry } from '../../db/outbox.ts';
 import { withSystemScope } from '../../db/tenant.ts';
 import { PEGGED_RATES } from '../../services/quotes.ts';
@@ -16,6 +18,7 @@ import { createPayoutTransfer, settlementWorkflowId } from '../../services/rail-
 import { call, provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../../test-support/temporal.ts';
 import { waitFor } from '../../test-support/wait.ts';
+import { SEARCH_ATTRIBUTES } from '../../workflows/shared/search-attributes.ts';
 import { TASK_QUEUES } from '../../workflows/shared/task-queues.ts';
 
 describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180_000 }, () => {
@@ -51,11 +54,19 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
       headers: { 'idempotency-key': options.key ?? `payout-${process.pid}-${++counter}` },
       body: {
         source: { currency: 'USDC', rail: 'stablecoin', amount },
-        destination: { currency: options.currency ?? 'USD', rail: 'ach', account: options.account ?? tenant.sandbox.achAccountId },
+        destination: {
+          currency: options.currency ?? 'USD',
+          rail: 'ach',
+          account: options.account ?? tenant.sandbox.achAccountId,
+        },
       },
     });
+  /** As the 24 h purge does once a key has expired: the transfers stay, their keys' records go. */
+  const purgeKeys = () =>
+    purgeExpiredIdempotencyKeys(testApp.ownerSql, { asOf: new Date(Date.now() + 25 * 3600_000), limit: 1000 });
   const wallet = async () =>
-    (await call(testApp, 'GET', `/v1/accounts/${tenant.sandbox.usdcWalletId}`, { token: tenant.sandboxApiKey })).body.balances;
+    (await call(testApp, 'GET', `/v1/accounts/${tenant.sandbox.usdcWalletId}`, { token: tenant.sandboxApiKey })).body
+      .balances;
   const simulate = (id: string, action: string) =>
     call(testApp, 'POST', `/v1/sandbox/transfers/${id}/${action}`, {
       token: tenant.sandboxApiKey,
@@ -85,7 +96,9 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
       detail.body.status_history.map((change: { status: string }) => change.status),
       ['pending', 'processing', 'settled'],
     );
-    const workflow = await env.client.workflow.getHandle(settlementWorkflowId(tenant.company.id, 'sandbox', key)).describe();
+    const workflow = await env.client.workflow
+      .getHandle(settlementWorkflowId(tenant.company.id, 'sandbox', key))
+      .describe();
     assert.equal(workflow.type, 'transferSettlementWorkflow');
   });
 
@@ -151,7 +164,13 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     const unreachable = new Client({ connection: Connection.lazy({ address: '127.0.0.1:1', connectTimeout: 200 }) });
     const key = `payout-stranded-${process.pid}`;
     const stranded = await createPayoutTransfer(
-      { sql: testApp.appSql, temporal: unreachable, fxRates: PEGGED_RATES, logger: pino({ level: 'silent' }), outcomeWaitMs: 500 },
+      {
+        sql: testApp.appSql,
+        temporal: unreachable,
+        fxRates: PEGGED_RATES,
+        logger: pino({ level: 'silent' }),
+        outcomeWaitMs: 500,
+      },
       { companyId: tenant.company.id, environment: 'sandbox' },
       {
         source: { currency: 'USDC', rail: 'stablecoin', amount: '5.00' },
@@ -163,12 +182,170 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     const workflowId = settlementWorkflowId(tenant.company.id, 'sandbox', key);
     const relay = createOutboxRelayActivities({ sql: testApp.appSql, temporal: () => env.client });
     assert.deepEqual(await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 }), { started: 1, failed: 0 });
-    assert.deepEqual(await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 }), { started: 0, failed: 0 }, 'dispatched once');
+    assert.deepEqual(
+      await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 }),
+      { started: 0, failed: 0 },
+      'dispatched once',
+    );
     await waitFor('the relayed payout to settle', async () => {
       const detail = await call(testApp, 'GET', `/v1/transfers/${stranded.id}`, { token: tenant.sandboxApiKey });
       return detail.body.status === 'settled';
     });
     const entry = await withSystemScope(testApp.appSql, (tx) => findOutboxEntry(tx, workflowId));
     assert.ok(entry?.dispatchedAt);
+  });
+
+  it('gives a key spelled like the hash of another key a workflow of its own: both payouts settle', async () => {
+    const hashed = `order ${process.pid}/42`; // a space and a slash: its workflow ID is its hash
+    const literal = `sha256-${createHash('sha256').update(hashed).digest('hex')}`;
+    const ids = [hashed, literal].map((key) => settlementWorkflowId(tenant.company.id, 'sandbox', key));
+    assert.notEqual(ids[0], ids[1]);
+    const before = await wallet();
+    const first = await payout('10.00', { key: hashed });
+    const second = await payout('7.00', { key: literal });
+    for (const [index, response] of [first, second].entries()) {
+      assert.equal(response.status, 201, JSON.stringify(response.body));
+      assert.equal(response.body.status, 'settled');
+      const detail = await call(testApp, 'GET', `/v1/transfers/${response.body.id}`, { token: tenant.sandboxApiKey });
+      assert.equal(detail.body.status, 'settled', 'stored as answered');
+      const workflow = await env.client.workflow.getHandle(ids[index]!).describe();
+      assert.equal(
+        workflow.typedSearchAttributes.get(SEARCH_ATTRIBUTES.objectId),
+        response.body.id,
+        'its own workflow',
+      );
+    }
+    assert.notEqual(first.body.id, second.body.id);
+    const after = await wallet();
+    assert.equal(after.pending, before.pending, 'no hold left behind');
+    assert.equal(after.posted, (Number(before.posted) - 17).toFixed(6), 'both paid out');
+  });
+
+  it('refuses a different payout under a key whose transfer outlived its record (IDEMPOTENCY_KEY_USED)', async () => {
+    const key = `payout-reused-${process.pid}`;
+    const first = await payout('3.00', { key });
+    assert.equal(first.status, 201);
+    await purgeKeys();
+    const before = await wallet();
+    for (const different of [
+      () => payout('250.00', { key }),
+      () => payout('3.00', { key, account: tenant.sandbox.usdAccountId }),
+      () => payout('3.00', { key, currency: 'EUR' }),
+    ]) {
+      const refused = await different();
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      assert.equal(refused.body.code, 'IDEMPOTENCY_KEY_USED');
+      await purgeKeys(); // the key's new record goes too: each request meets the transfer itself
+    }
+    assert.deepEqual(await wallet(), before, 'nothing moved');
+
+    // The same payout again is a retry (a crash after its hold): the transfer it made, not a new one.
+    const same = await payout('3.00', { key });
+    assert.equal(same.status, 201, JSON.stringify(same.body));
+    assert.equal(same.body.id, first.body.id);
+    assert.equal(same.body.status, 'settled');
+    assert.deepEqual(await wallet(), before, 'the retry moved nothing');
+    const rows = await testApp.ownerSql`select id from transfers where idempotency_key = ${key}`;
+    assert.equal(rows.length, 1);
+  });
+
+  it('refuses a payout under a key a ledger transfer (Shape B) holds once the key record is gone', async () => {
+    const key = `payout-cross-${process.pid}`;
+    const ledger = await call(testApp, 'POST', '/v1/transfers', {
+      token: tenant.sandboxApiKey,
+      headers: { 'idempotency-key': key },
+      body: {
+        amount: 100,
+        currency: 'USD',
+        source: tenant.sandbox.usdWalletId,
+        destination: tenant.sandbox.usdAccountId,
+      },
+    });
+    assert.equal(ledger.status, 201, JSON.stringify(ledger.body));
+    await purgeKeys();
+    const before = await wallet();
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const refused = await payout('1.00', { key });
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      assert.equal(refused.body.code, 'IDEMPOTENCY_KEY_USED');
+    }
+    assert.deepEqual(await wallet(), before, 'nothing moved');
+    const outbox = await withSystemScope(testApp.appSql, (tx) =>
+      findOutboxEntry(tx, settlementWorkflowId(tenant.company.id, 'sandbox', key)),
+    );
+    assert.equal(outbox, undefined, 'no workflow to start');
+  });
+
+  it('answers a retry of a payout whose settlement has closed from the transfer, without a second run', async () => {
+    const key = `payout-closed-${process.pid}`;
+    const first = await payout('10.13', { key }); // refused by the sandbox rail: the run ends
+    assert.equal(first.status, 201);
+    assert.equal(first.body.status, 'failed');
+    const workflowId = settlementWorkflowId(tenant.company.id, 'sandbox', key);
+    const handle = env.client.workflow.getHandle(workflowId);
+    await handle.result();
+    const closed = await handle.describe();
+    assert.equal(closed.status.name, 'COMPLETED');
+    await purgeKeys();
+
+    const retry = await payout('10.13', { key });
+    assert.equal(retry.status, 201, JSON.stringify(retry.body));
+    assert.equal(retry.body.id, first.body.id);
+    assert.equal(retry.body.status, 'failed');
+    assert.equal(retry.body.failure_reason, first.body.failure_reason);
+    const latest = await env.client.workflow.getHandle(workflowId).describe();
+    assert.equal(latest.runId, closed.runId, 'no new run');
+    assert.equal(latest.status.name, 'COMPLETED');
+    const replay = await payout('10.13', { key });
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true', 'the answer is stored under the key again');
+    assert.equal(replay.body.status, 'failed');
+  });
+
+  it('does not answer a payout with the outcome of another transfer its workflow ID reached', async () => {
+    const key = `payout-foreign-${process.pid}`;
+    // A settlement that answers for some other transfer (as two transfers under one ID would).
+    const foreign = {
+      connection: { withDeadline: <T>(_deadline: number, fn: () => Promise<T>) => fn() },
+      workflow: {
+        executeUpdateWithStart: async () => ({
+          transferId: 'tr_other',
+          status: 'settled',
+          railReference: null,
+          failureReason: null,
+        }),
+      },
+    } as unknown as Client;
+    await assert.rejects(
+      createPayoutTransfer(
+        {
+          sql: testApp.appSql,
+          temporal: foreign,
+          fxRates: PEGGED_RATES,
+          logger: pino({ level: 'silent' }),
+          outcomeWaitMs: 500,
+        },
+        { companyId: tenant.company.id, environment: 'sandbox' },
+        {
+          source: { currency: 'USDC', rail: 'stablecoin', amount: '4.00' },
+          destination: { currency: 'USD', rail: 'ach', account: tenant.sandbox.achAccountId },
+        },
+        key,
+      ),
+      /answered for transfer tr_other/,
+    );
+    const [row] = await testApp.ownerSql<{ id: string; status: string }[]>`
+      select id, status from transfers where idempotency_key = ${key}`;
+    assert.ok(row);
+    assert.equal(row.status, 'pending', "not settled by another transfer's outcome");
+    const workflowId = settlementWorkflowId(tenant.company.id, 'sandbox', key);
+    const entry = await withSystemScope(testApp.appSql, (tx) => findOutboxEntry(tx, workflowId));
+    assert.equal(entry?.dispatchedAt, null, 'its own workflow is still to start');
+    // Which the relay does: the payout settles through its own run.
+    const relay = createOutboxRelayActivities({ sql: testApp.appSql, temporal: () => env.client });
+    assert.equal((await relay.relayOutbox({ olderThanMs: 0, batchSize: 100 })).started, 1);
+    await waitFor('the payout to settle through its own workflow', async () => {
+      const detail = await call(testApp, 'GET', `/v1/transfers/${row.id}`, { token: tenant.sandboxApiKey });
+      return detail.body.status === 'settled';
+    });
   });
 });
