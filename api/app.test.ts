@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import type { Server } from 'node:http';
+import { request as httpRequest, type Server } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { z } from 'zod';
 import { pino } from 'pino';
@@ -142,6 +142,65 @@ describe('HTTP foundation', () => {
     assert.equal(response.headers.get('allow'), 'POST');
     const body = (await response.json()) as Record<string, unknown>;
     assert.equal(body.code, 'METHOD_NOT_ALLOWED');
+  });
+
+  it('answers a method the API does not implement with a 501 problem', async () => {
+    // fetch refuses to send TRACE, so this goes through node:http.
+    const trace = (path: string) =>
+      new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+        const request = httpRequest(`${url}${path}`, { method: 'TRACE' }, (response) => {
+          let body = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => (body += chunk));
+          response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, body }));
+        });
+        request.on('error', reject);
+        request.end();
+      });
+    const known = await trace('/probe/p_1');
+    assert.equal(known.status, 501);
+    assert.match(String(known.headers['content-type']), /^application\/problem\+json/);
+    assert.equal(known.headers.allow, 'POST');
+    const body = JSON.parse(known.body) as Record<string, unknown>;
+    assert.equal(body.code, 'NOT_IMPLEMENTED');
+    assert.equal(body.status, 501);
+    assert.match(String(body.detail), /TRACE/);
+    assert.equal(typeof body.request_id, 'string');
+    const unknown = await trace('/nowhere');
+    assert.equal(unknown.status, 501);
+    assert.equal(unknown.headers.allow, undefined, 'no empty Allow for a path with no routes');
+    assert.equal((JSON.parse(unknown.body) as { code: string }).code, 'NOT_IMPLEMENTED');
+  });
+
+  it('refuses a query parameter given more than once with a 400 naming it', async () => {
+    const response = await fetch(`${url}/probe/p_1?limit=1&limit=2`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ amount: '1', currency: 'USD' }),
+    });
+    assert.equal(response.status, 400);
+    const problem = (await response.json()) as { code: string; errors: { path: string; message: string }[] };
+    assert.equal(problem.code, 'VALIDATION_FAILED');
+    assert.deepEqual(problem.errors, [{ path: 'query.limit', message: 'given 2 times; give it once' }]);
+  });
+
+  it('answers a JSON body with a "__proto__" key, at any depth, with a 400 saying so', async () => {
+    for (const body of [
+      '{"amount":"1","currency":"USD","__proto__":{"admin":true}}',
+      '{"amount":"1","currency":"USD","x":[{"\\u005f_proto__":{}}]}',
+    ]) {
+      const response = await fetch(`${url}/probe/p_1`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
+      assert.equal(response.status, 400, body);
+      const problem = (await response.json()) as { code: string; errors: { path: string; message: string }[] };
+      assert.equal(problem.code, 'VALIDATION_FAILED', body);
+      assert.equal(problem.errors.length, 1, body);
+      assert.equal(problem.errors[0]!.path, 'body', body);
+      assert.match(problem.errors[0]!.message, /"__proto__"/, body);
+    }
   });
 
   it('answers malformed JSON with a 400 problem', async () => {

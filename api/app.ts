@@ -5,7 +5,7 @@ import type { AppDeps } from './deps.ts';
 import { errorHandler } from './middleware/errors.ts';
 import { requestContext } from './middleware/request-context.ts';
 import { requireJsonBody } from './middleware/json-body.ts';
-import { problems } from './problem.ts';
+import { HttpProblem, problems } from './problem.ts';
 import { mountRoutes, type RouteDefinition, type RouteLayer } from './route.ts';
 import { createAuthenticator } from './auth/authenticate.ts';
 import { getHealthz } from './health/get-healthz.ts';
@@ -64,6 +64,24 @@ export function createApp(deps: AppDeps): App {
   });
 }
 
+/** What @hapi/bourne (under co-body) throws for valid JSON holding a `__proto__` key, at any depth. */
+const PROTOTYPE_POISONING = 'Object contains forbidden prototype property';
+
+function isPrototypePoisoning(error: unknown): boolean {
+  return error instanceof SyntaxError && error.message === PROTOTYPE_POISONING;
+}
+
+/** A method the router does not implement at all (TRACE, …), as problem+json like every other error. */
+function notImplemented(method: string, allow: string): HttpProblem {
+  return new HttpProblem({
+    status: 501,
+    code: 'NOT_IMPLEMENTED',
+    title: 'Not implemented',
+    detail: `This API does not implement the ${method} method.`,
+    ...(allow === '' ? {} : { headers: { Allow: allow } }),
+  });
+}
+
 /** The middleware stack (request IDs, logs, limits, problem+json errors, JSON bodies) around routes. */
 export function createHttpApp(
   deps: Pick<AppDeps, 'logger' | 'limits'>,
@@ -87,10 +105,28 @@ export function createHttpApp(
       onError(error) {
         const status = (error as { status?: number }).status;
         if (status === 413) throw problems.payloadTooLarge(deps.limits.bodyLimitBytes);
+        // Valid JSON, but refused so the key cannot reach an object's prototype: say so, not "not JSON".
+        if (isPrototypePoisoning(error)) {
+          throw problems.validation(
+            [{ path: 'body', message: 'JSON objects may not contain a "__proto__" key, at any depth' }],
+            'The request body contains a "__proto__" key, which is not accepted.',
+          );
+        }
         throw problems.malformedJson();
       },
     }),
   );
+  // A method the router does not implement at all (TRACE, …) comes back from allowedMethods() as a
+  // bare 501, turned into a problem here; its `throw` option's factories get no context, so they
+  // could name neither the method nor Allow. (A bare 405 with Allow the error middleware handles.)
+  koa.use(async (ctx, next) => {
+    await next();
+    if (ctx.status === 501 && (ctx.body === undefined || ctx.body === null)) {
+      const allow = ctx.response.get('Allow');
+      ctx.remove('Allow');
+      throw notImplemented(ctx.method, allow);
+    }
+  });
   koa.use(router.routes());
   koa.use(router.allowedMethods());
   return { koa, routes };

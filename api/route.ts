@@ -127,6 +127,20 @@ function nulIssues(value: unknown, path: string, issues: ValidationIssue[], dept
   }
 }
 
+/**
+ * Query parameters given more than once (`?limit=1&limit=2`): Koa hands them over as an array,
+ * which a scalar schema reports as a confusing type error (`expected number, received NaN`). No
+ * route's query schema declares an array, so any repeated parameter is refused, naming it; a
+ * route that comes to take a list must exempt that key here.
+ */
+function repeatedQueryIssues(query: Record<string, unknown>, issues: ValidationIssue[]): void {
+  for (const [name, value] of Object.entries(query)) {
+    if (Array.isArray(value)) {
+      issues.push({ path: `query.${name}`, message: `given ${value.length} times; give it once` });
+    }
+  }
+}
+
 export interface RouteLayer {
   authenticate: Authenticator;
   idempotency?: IdempotencyRunner;
@@ -147,6 +161,7 @@ export function mountRoutes(router: Router, routes: readonly RouteDefinition[], 
         const rawBody = (ctx.request as { body?: unknown }).body;
         nulIssues(ctx.params ?? {}, 'params', issues);
         nulIssues(ctx.query, 'query', issues);
+        repeatedQueryIssues(ctx.query, issues);
         nulIssues(rawBody, 'body', issues);
         if (issues.length > 0) throw problems.validation(issues);
         const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);

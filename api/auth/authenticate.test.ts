@@ -1,6 +1,6 @@
 // The short-lived API-key cache (services/api-keys.ts): a hit needs the exact secret the database
 // accepted, an entry lives at most its TTL, the cache is bounded, and a revocation through the
-// service takes effect at once in the revoking process.
+// service takes effect at once in the revoking process. The `Bearer` scheme is case-insensitive.
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
@@ -30,6 +30,26 @@ describe('API-key authentication cache', () => {
   const revokeInDatabase = (id: string) => testApp.ownerSql`update api_keys set revoked_at = now() where id = ${id}`;
   const rejects = (promise: Promise<unknown>) =>
     assert.rejects(promise, (error: { code?: string }) => error.code === 'INVALID_API_KEY');
+
+  it('reads the Bearer scheme case-insensitively (RFC 9110 §11.1), for API keys and console sessions', async () => {
+    const as = (path: string, authorization: string) => fetch(`${testApp.url}${path}`, { headers: { authorization } });
+    for (const scheme of ['Bearer', 'bearer', 'BEARER', 'bEaReR']) {
+      assert.equal((await as('/v1/accounts', `${scheme} ${tenant.sandboxApiKey}`)).status, 200, scheme);
+      assert.equal((await as('/admin/auth/me', `${scheme} ${tenant.token}`)).status, 200, scheme);
+    }
+    for (const refused of [
+      `Basic ${tenant.sandboxApiKey}`,
+      `Bearer${tenant.sandboxApiKey}`,
+      `bearer  ${tenant.sandboxApiKey}`,
+    ]) {
+      const response = await as('/v1/accounts', refused);
+      assert.equal(response.status, 401, refused);
+      assert.equal(((await response.json()) as { code: string }).code, 'UNAUTHENTICATED', refused);
+    }
+    // The credential itself stays case-sensitive.
+    const swapped = tenant.sandboxApiKey.replace(/[a-z]/g, (letter) => letter.toUpperCase());
+    assert.equal((await as('/v1/accounts', `bearer ${swapped}`)).status, 401);
+  });
 
   it('serves a key from memory for at most its TTL, then asks the database again', async () => {
     const cache = createApiKeyCache({ ttlMs: 200, maxEntries: 100 });

@@ -7,7 +7,10 @@ import type { RouteAuth } from '../route.ts';
 import { allows } from './permissions.ts';
 import type { Principal } from './principal.ts';
 
-const BEARER = /^Bearer ([\x21-\x7e]{1,512})$/;
+// The auth scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` are `Bearer`. The `i`
+// flag leaves the credential's class as it is: without `u`, case folding never maps a character
+// outside printable ASCII into it, and the class already holds both cases of every letter.
+const BEARER = /^Bearer ([\x21-\x7e]{1,512})$/i;
 
 function bearerToken(ctx: Context): string {
   const match = BEARER.exec(ctx.get('Authorization'));

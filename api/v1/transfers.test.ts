@@ -210,6 +210,34 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     }
   });
 
+  it('says a too-large amount is too large, and only a fractional one that it must be an integer', async () => {
+    const post = async (amount: string) => {
+      const response = await fetch(`${testApp.url}/v1/transfers`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${tenant.sandboxApiKey}`,
+          'content-type': 'application/json',
+          'idempotency-key': key(),
+        },
+        // The amount goes in as written: a 40-digit JSON number, not what JSON.stringify makes of it.
+        body: `{"amount":${amount},"currency":"USD","source":"${tenant.sandbox.usdWalletId}","destination":"${tenant.sandbox.usdAccountId}"}`,
+      });
+      assert.equal(response.status, 400, amount);
+      const problem = (await response.json()) as { code: string; errors: { path: string; message: string }[] };
+      assert.equal(problem.code, 'VALIDATION_FAILED', amount);
+      return problem.errors;
+    };
+    const tooLarge = [{ path: 'body.amount', message: 'amount may not exceed 1000000000000000 minor units' }];
+    assert.deepEqual(await post('1234567890123456789012345678901234567890'), tooLarge);
+    assert.deepEqual(await post('10000000000000000'), tooLarge);
+    assert.deepEqual(await post('10.5'), [
+      { path: 'body.amount', message: 'amount is an integer number of minor units' },
+    ]);
+    assert.deepEqual(await post('-1234567890123456789012345678901234567890'), [
+      { path: 'body.amount', message: 'amount must be positive' },
+    ]);
+  });
+
   it('conserves money under concurrent transfers: exactly as many succeed as the balance allows', async () => {
     const fresh = await provisionTestTenant(testApp);
     const requests = Array.from({ length: 20 }, () =>

@@ -32,13 +32,17 @@ export const ZShapeA = z.strictObject({
   }),
 });
 
-/** Shape B of SPEC 4.2, exactly its fields: integer minor units between two ledger accounts. */
+/**
+ * Shape B of SPEC 4.2, exactly its fields: integer minor units between two ledger accounts. The
+ * amount's range is checked first and stops the checks: zod's `.int()` means a safe integer, so
+ * after it a huge or hugely negative whole number would also be called "not an integer".
+ */
 export const ZShapeB = z.strictObject({
   amount: z
     .number({ error: 'amount is an integer number of minor units (e.g. 1050 for 10.50 USD)' })
-    .int('amount is an integer number of minor units')
-    .positive('amount must be positive')
-    .max(Number(AMOUNT_MAX_MINOR), `amount may not exceed ${AMOUNT_MAX_MINOR} minor units`),
+    .positive({ error: 'amount must be positive', abort: true })
+    .max(Number(AMOUNT_MAX_MINOR), { error: `amount may not exceed ${AMOUNT_MAX_MINOR} minor units`, abort: true })
+    .int('amount is an integer number of minor units'),
   currency: ZCurrencyCode,
   source: ZAccountReference,
   destination: ZAccountReference,
