@@ -348,4 +348,28 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
       return detail.body.status === 'settled';
     });
   });
+
+  it('answers the loser of a settle/fail race with 409, never with the winner’s state as a success', async () => {
+    const slow = await payout('20.15'); // .15: processing until /settle or /fail
+    assert.equal(slow.body.status, 'processing');
+    const [settle, fail] = await Promise.all([simulate(slow.body.id, 'settle'), simulate(slow.body.id, 'fail')]);
+    assert.deepEqual([settle.status, fail.status].sort(), [200, 409], JSON.stringify([settle.body, fail.body]));
+    const [winner, loser] = settle.status === 200 ? [settle, fail] : [fail, settle];
+    assert.equal(winner.body.status, settle.status === 200 ? 'settled' : 'failed');
+    assert.equal(loser.body.code, 'INVALID_TRANSFER_STATE');
+    const final = await call(testApp, 'GET', `/v1/transfers/${slow.body.id}`, { token: tenant.sandboxApiKey });
+    assert.equal(final.body.status, winner.body.status);
+  });
+
+  it('answers a simulation 409, not 500, when the settlement is not running', async () => {
+    const slow = await payout('21.15');
+    assert.equal(slow.body.status, 'processing');
+    const [row] = await testApp.ownerSql<{ workflow_id: string }[]>`
+      select workflow_id from transfers where id = ${slow.body.id}`;
+    await env.client.workflow.getHandle(row!.workflow_id).terminate('test: the settlement stops');
+    const settle = await simulate(slow.body.id, 'settle');
+    assert.equal(settle.status, 409, JSON.stringify(settle.body));
+    assert.equal(settle.body.code, 'INVALID_TRANSFER_STATE');
+    assert.match(settle.body.detail as string, /not running/);
+  });
 });
