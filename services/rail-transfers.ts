@@ -13,7 +13,7 @@ import { withTenant } from '../db/tenant.ts';
 import type { Logger } from '../platform/logger.ts';
 import { newId } from '../platform/ids.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
-import { parseDecimalAmount, type AmountError } from '../workflows/shared/money.ts';
+import { CURRENCIES, currencyInfo, parseDecimalAmount, type AmountError } from '../workflows/shared/money.ts';
 import { SEARCH_ATTRIBUTES } from '../workflows/shared/search-attributes.ts';
 import { TASK_QUEUES } from '../workflows/shared/task-queues.ts';
 import {
@@ -154,6 +154,14 @@ export async function createPayoutTransfer(
   if (!amount.ok) {
     const code = amount.error === 'currency' ? 'UNSUPPORTED_CURRENCY' : 'INVALID_AMOUNT';
     throw new DomainError('invalid', code, AMOUNT_ERRORS[amount.error]);
+  }
+  if (currencyInfo(request.source.currency)?.kind !== 'stablecoin') {
+    const stablecoins = Object.values(CURRENCIES).filter((currency) => currency.kind === 'stablecoin');
+    throw new DomainError(
+      'invalid',
+      'UNSUPPORTED_CURRENCY',
+      `source.currency is ${request.source.currency}; the stablecoin rail pays out ${stablecoins.map((currency) => currency.code).join(', ')}.`,
+    );
   }
   const workflowId = settlementWorkflowId(scope.companyId, scope.environment, idempotencyKey);
   const input: TransferSettlementInput = {

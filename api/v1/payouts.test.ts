@@ -349,6 +349,29 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     });
   });
 
+  it('explains a payout refused for its source currency or its amount', async () => {
+    const refusal = async (source: { currency: string; amount: string }) => {
+      const response = await call(testApp, 'POST', '/v1/transfers', {
+        token: tenant.sandboxApiKey,
+        headers: { 'idempotency-key': `payout-refused-${process.pid}-${++counter}` },
+        body: {
+          source: { ...source, rail: 'stablecoin' },
+          destination: { currency: 'USD', rail: 'ach', account: tenant.sandbox.achAccountId },
+        },
+      });
+      assert.equal(response.status, 400, JSON.stringify(response.body));
+      return response.body as { code: string; detail: string };
+    };
+    const fiat = await refusal({ currency: 'USD', amount: '10.00' });
+    assert.equal(fiat.code, 'UNSUPPORTED_CURRENCY');
+    assert.match(fiat.detail, /stablecoin rail pays out USDC/);
+    const huge = await refusal({ currency: 'USDC', amount: '1'.repeat(30) });
+    assert.equal(huge.code, 'INVALID_AMOUNT');
+    assert.match(huge.detail, /exceeds the per-transfer limit/);
+    const precise = await refusal({ currency: 'USDC', amount: `1.${'0'.repeat(19)}` });
+    assert.match(precise.detail, /more decimal places/);
+  });
+
   it('answers the loser of a settle/fail race with 409, never with the winner’s state as a success', async () => {
     const slow = await payout('20.15'); // .15: processing until /settle or /fail
     assert.equal(slow.body.status, 'processing');

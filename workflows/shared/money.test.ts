@@ -16,6 +16,10 @@ describe('money', () => {
     }
     assert.deepEqual(parseDecimalAmount('0.00', 'USD'), { ok: false, error: 'zero' });
     assert.deepEqual(parseDecimalAmount('10000000000000.01', 'USD'), { ok: false, error: 'too_large' });
+    // Long but well formed: too large or too precise, not malformed.
+    assert.deepEqual(parseDecimalAmount('1'.repeat(40), 'USDC'), { ok: false, error: 'too_large' });
+    assert.deepEqual(parseDecimalAmount('1'.repeat(22), 'USD'), { ok: false, error: 'too_large' });
+    assert.deepEqual(parseDecimalAmount(`1.${'0'.repeat(19)}`, 'USDC'), { ok: false, error: 'scale' });
     assert.deepEqual(parseDecimalAmount('1', 'XYZ'), { ok: false, error: 'currency' });
     assert.deepEqual(parseDecimalAmount('1', 'constructor'), { ok: false, error: 'currency' });
   });
@@ -31,10 +35,14 @@ describe('money', () => {
 
   it('round-trips every amount in every currency (property)', () => {
     fc.assert(
-      fc.property(fc.constantFrom(...Object.keys(CURRENCIES)), fc.bigInt({ min: 1n, max: AMOUNT_MAX_MINOR }), (currency, minor) => {
-        const text = formatMinor(minor, currency);
-        assert.deepEqual(parseDecimalAmount(text, currency), { ok: true, minor });
-      }),
+      fc.property(
+        fc.constantFrom(...Object.keys(CURRENCIES)),
+        fc.bigInt({ min: 1n, max: AMOUNT_MAX_MINOR }),
+        (currency, minor) => {
+          const text = formatMinor(minor, currency);
+          assert.deepEqual(parseDecimalAmount(text, currency), { ok: true, minor });
+        },
+      ),
       { numRuns: 2000 },
     );
   });

@@ -36,13 +36,19 @@ export type AmountError = 'format' | 'scale' | 'zero' | 'too_large' | 'currency'
  * "10.50" in USD → 1050n. Accepts plain non-negative decimals only: no sign, exponent, spaces,
  * leading zeros beyond one, or more fraction digits than the currency has.
  */
-export function parseDecimalAmount(value: string, currency: string): { ok: true; minor: bigint } | { ok: false; error: AmountError } {
+export function parseDecimalAmount(
+  value: string,
+  currency: string,
+): { ok: true; minor: bigint } | { ok: false; error: AmountError } {
   const info = currencyInfo(currency);
   if (!info) return { ok: false, error: 'currency' };
-  const match = /^(0|[1-9]\d{0,20})(?:\.(\d{1,18}))?$/.exec(value);
+  // The shape first, then each limit on its own: a long but well-formed amount is too large or too
+  // precise, not malformed. The callers bound the string's length (the API: 40 characters).
+  const match = /^(0|[1-9]\d*)(?:\.(\d+))?$/.exec(value);
   if (!match) return { ok: false, error: 'format' };
   const [, whole, fraction = ''] = match;
   if (fraction.length > info.scale) return { ok: false, error: 'scale' };
+  if (whole!.length > 21) return { ok: false, error: 'too_large' };
   const minor = BigInt(whole!) * 10n ** BigInt(info.scale) + BigInt(fraction.padEnd(info.scale, '0') || '0');
   if (minor === 0n) return { ok: false, error: 'zero' };
   if (minor > AMOUNT_MAX_MINOR) return { ok: false, error: 'too_large' };
