@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -528,6 +529,30 @@ describe('idempotency middleware', () => {
       assert.equal(invalid.status, 400, JSON.stringify(key));
       assert.equal(invalid.json.code, 'IDEMPOTENCY_KEY_INVALID');
     }
+    // The header twice: Node would join the two keys into one, "a, b".
+    const twice = await new Promise<{ status: number; code: string }>((resolve, reject) => {
+      const payload = JSON.stringify(body);
+      const request = httpRequest(
+        `${server.url}/v1/probes`,
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-test-company': 'a', 'idempotency-key': ['key-a', 'key-b'] },
+        },
+        (response) => {
+          let text = '';
+          response.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+          response.on('end', () =>
+            resolve({
+              status: response.statusCode ?? 0,
+              code: text ? (JSON.parse(text) as { code: string }).code : text,
+            }),
+          );
+        },
+      );
+      request.on('error', reject);
+      request.end(payload);
+    });
+    assert.deepEqual(twice, { status: 400, code: 'IDEMPOTENCY_KEY_INVALID' });
     const longest = `${'k'.repeat(230)}${randomBytes(12).toString('hex')}`;
     assert.equal((await send(server.url, '/v1/probes', { key: longest, body })).status, 201);
 

@@ -208,8 +208,11 @@ export function requestFingerprint(method: string, url: string, body: unknown): 
 
 /** The key from the header: undefined when absent, a 400 problem when malformed. */
 function readKey(ctx: Context): string | undefined {
-  const value = ctx.request.headers[IDEMPOTENCY_KEY_HEADER.toLowerCase()];
+  const name = IDEMPOTENCY_KEY_HEADER.toLowerCase();
+  const value = ctx.request.headers[name];
   if (value === undefined) return undefined;
+  // Node joins repeated headers with ", ": two keys would otherwise pass as one key "a, b".
+  if ((ctx.req.headersDistinct[name]?.length ?? 0) > 1) throw problems.idempotencyKeyInvalid();
   if (typeof value !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(value)) throw problems.idempotencyKeyInvalid();
   return value;
 }
