@@ -1,4 +1,4 @@
-// Migration 00010: statements crafted as payments_app (the role of every application connection)
+// Migrations 00010 and 00011: statements crafted as payments_app (the role of every application connection)
 // that committed before it, each refused now.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -16,7 +16,7 @@ interface Refusal {
   message?: RegExp;
 }
 
-describe('database hardening against crafted statements of the application role (migration 00010)', () => {
+describe('database hardening against crafted statements of the application role (migrations 00010, 00011)', () => {
   let database: TestDatabase;
   let owner: Sql;
   let app: Sql;
@@ -109,6 +109,29 @@ describe('database hardening against crafted statements of the application role 
       ),
       insufficientPrivilege,
     );
+  });
+
+  it('refuses any change of an account but its balances (migration 00011): no raised overdraft limit', async () => {
+    for (const change of [
+      (tx: TransactionSql) => tx`update ledger_accounts set overdraft_limit = 1000000000000 where id = ${walletA}`,
+      (tx: TransactionSql) => tx`update ledger_accounts set name = 'renamed' where id = ${walletA}`,
+    ]) {
+      await refused(
+        as(a, (tx) => change(tx)),
+        { code: '42501' },
+      );
+    }
+    // Balances still move, through entries.
+    const [before] = await owner<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${accountA}`;
+    await as(a, async (tx) => {
+      const transfer = await newTransfer(tx, a, walletA, accountA, 'settled');
+      await tx`
+        insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind)
+        values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'posted'),
+               (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 100, 'posted')`;
+    });
+    const [after] = await owner<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${accountA}`;
+    assert.equal(after!.posted, before!.posted + 100n);
   });
 
   it('refuses a second hold entry for the same hold and account', async () => {
