@@ -134,6 +134,21 @@ describe('database hardening against crafted statements of the application role 
     assert.equal(after!.posted, before!.posted + 100n);
   });
 
+  it('refuses any change of a company by the application role (migration 00011)', async () => {
+    await refused(
+      as(a, (tx) => tx`update companies set verification_status = 'verified', verified_at = now() where id = ${a}`),
+      { code: '42501' },
+    );
+    await refused(
+      as(a, (tx) => tx`update companies set is_master_company = true where id = ${a}`),
+      { code: '42501' },
+    );
+    await refused(
+      as(a, (tx) => tx`delete from companies where id = ${a}`),
+      { code: '42501' },
+    );
+  });
+
   it('refuses a second hold entry for the same hold and account', async () => {
     await refused(
       as(a, async (tx) => {
