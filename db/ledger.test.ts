@@ -925,7 +925,8 @@ describe('ledger (database-enforced invariants)', () => {
         assert.equal((await tx`select 1 from ledger_holds where id = ${bHold.holdId}`).length, 0);
         assert.equal((await tx`select 1 from transfer_status_history where transfer_id = ${bTransfer}`).length, 0);
         // An update that forgets its company filter does not reach B's rows.
-        const renamed = await tx`update ledger_accounts set name = 'hijacked' where id = ${b1} returning id`;
+        // (balances are the only account columns the role may update: migration 00011)
+        const renamed = await tx`update ledger_accounts set posted = posted where id = ${b1} returning id`;
         assert.equal(renamed.length, 0);
         const voided =
           await tx`update ledger_holds set status = 'voided', resolved_at = now() where id = ${bHold.holdId} returning id`;
