@@ -24,7 +24,6 @@ import { withTenant } from './tenant.ts';
 
 type Kind = 'posted' | 'hold' | 'hold_release';
 
-
 interface Balances {
   posted: bigint;
   pendingDebits: bigint;
@@ -1195,121 +1194,109 @@ describe('ledger (database-enforced invariants)', () => {
       assert.equal(await transferExists(transferId), false);
     });
 
-    it(
-      'GAP: a hold is released only on the accounts it holds, for the amount it holds',
-      async () => {
-        const co = await newCompany();
-        const a = await open(co);
-        const b = await open(co);
-        const c = await open(co);
-        await fund(a, 1_000n);
-        await fund(c, 1_000n);
-        const onA = await placeHold(a, b, 100n);
-        const onC = await placeHold(c, b, 100n);
-        // Releasing hold onA on account c frees the money reserved by onC, which stays pending.
-        await refused(
-          sql.begin((tx) =>
-            rawEntries(tx, onA.transferId, [
-              { account: c, amount: -100n, kind: 'hold_release', holdId: onA.holdId },
-              { account: b, amount: 100n, kind: 'hold_release', holdId: onA.holdId },
-            ]),
-          ),
-          {},
-          'a release on an account the hold does not touch',
-        );
-        // A partial release leaves 50 reserved forever on a hold marked posted.
-        await refused(
-          sql.begin(async (tx) => {
-            await tx`update ledger_holds set status = 'posted', resolved_at = now() where id = ${onC.holdId}`;
-            await rawEntries(tx, onC.transferId, [
-              { account: c, amount: -50n, kind: 'hold_release', holdId: onC.holdId },
-              { account: b, amount: 50n, kind: 'hold_release', holdId: onC.holdId },
-            ]);
-          }),
-          {},
-          'a release for less than the hold',
-        );
-      },
-    );
+    it('GAP: a hold is released only on the accounts it holds, for the amount it holds', async () => {
+      const co = await newCompany();
+      const a = await open(co);
+      const b = await open(co);
+      const c = await open(co);
+      await fund(a, 1_000n);
+      await fund(c, 1_000n);
+      const onA = await placeHold(a, b, 100n);
+      const onC = await placeHold(c, b, 100n);
+      // Releasing hold onA on account c frees the money reserved by onC, which stays pending.
+      await refused(
+        sql.begin((tx) =>
+          rawEntries(tx, onA.transferId, [
+            { account: c, amount: -100n, kind: 'hold_release', holdId: onA.holdId },
+            { account: b, amount: 100n, kind: 'hold_release', holdId: onA.holdId },
+          ]),
+        ),
+        {},
+        'a release on an account the hold does not touch',
+      );
+      // A partial release leaves 50 reserved forever on a hold marked posted.
+      await refused(
+        sql.begin(async (tx) => {
+          await tx`update ledger_holds set status = 'posted', resolved_at = now() where id = ${onC.holdId}`;
+          await rawEntries(tx, onC.transferId, [
+            { account: c, amount: -50n, kind: 'hold_release', holdId: onC.holdId },
+            { account: b, amount: 50n, kind: 'hold_release', holdId: onC.holdId },
+          ]);
+        }),
+        {},
+        'a release for less than the hold',
+      );
+    });
 
-    it(
-      "GAP: a hold's status and its release entries go together",
-      async () => {
-        const co = await newCompany();
-        const a = await open(co);
-        const b = await open(co);
-        await fund(a, 1_000n);
-        const resolvedWithoutRelease = await placeHold(a, b, 100n);
-        await refused(
-          sql`update ledger_holds set status = 'voided', resolved_at = now() where id = ${resolvedWithoutRelease.holdId}`,
-          {},
-          'a hold voided without releasing its money (reserved forever)',
-        );
-        const releasedWhilePending = await placeHold(a, b, 100n);
-        await refused(
-          sql.begin((tx) =>
-            rawEntries(tx, releasedWhilePending.transferId, [
-              { account: a, amount: -100n, kind: 'hold_release', holdId: releasedWhilePending.holdId },
-              { account: b, amount: 100n, kind: 'hold_release', holdId: releasedWhilePending.holdId },
-            ]),
-          ),
-          {},
-          'a hold released while its status stays pending',
-        );
-      },
-    );
+    it("GAP: a hold's status and its release entries go together", async () => {
+      const co = await newCompany();
+      const a = await open(co);
+      const b = await open(co);
+      await fund(a, 1_000n);
+      const resolvedWithoutRelease = await placeHold(a, b, 100n);
+      await refused(
+        sql`update ledger_holds set status = 'voided', resolved_at = now() where id = ${resolvedWithoutRelease.holdId}`,
+        {},
+        'a hold voided without releasing its money (reserved forever)',
+      );
+      const releasedWhilePending = await placeHold(a, b, 100n);
+      await refused(
+        sql.begin((tx) =>
+          rawEntries(tx, releasedWhilePending.transferId, [
+            { account: a, amount: -100n, kind: 'hold_release', holdId: releasedWhilePending.holdId },
+            { account: b, amount: 100n, kind: 'hold_release', holdId: releasedWhilePending.holdId },
+          ]),
+        ),
+        {},
+        'a hold released while its status stays pending',
+      );
+    });
 
-    it(
-      "GAP: a hold or status-history row belongs to its transfer's company",
-      async () => {
-        const coA = await newCompany();
-        const coB = await newCompany();
-        const b1 = await open(coB);
-        const b2 = await open(coB);
-        await fund(b1, 100n);
-        const bTransfer = (await transfer(b1, b2, 10n)).id;
-        await refused(
-          withTenant(
-            appSql,
-            coA,
-            (tx) =>
-              tx`insert into ledger_holds (id, company_id, transfer_id) values (${newId('hold')}, ${coA}, ${bTransfer})`,
-          ),
-          {},
-          "company A attaches a hold to company B's transfer",
-        );
-        await refused(
-          withTenant(
-            appSql,
-            coA,
-            (tx) =>
-              tx`insert into transfer_status_history (transfer_id, company_id, status) values (${bTransfer}, ${coA}, 'returned')`,
-          ),
-          {},
-          "company A writes a status change into company B's transfer history",
-        );
-      },
-    );
+    it("GAP: a hold or status-history row belongs to its transfer's company", async () => {
+      const coA = await newCompany();
+      const coB = await newCompany();
+      const b1 = await open(coB);
+      const b2 = await open(coB);
+      await fund(b1, 100n);
+      const bTransfer = (await transfer(b1, b2, 10n)).id;
+      await refused(
+        withTenant(
+          appSql,
+          coA,
+          (tx) =>
+            tx`insert into ledger_holds (id, company_id, transfer_id) values (${newId('hold')}, ${coA}, ${bTransfer})`,
+        ),
+        {},
+        "company A attaches a hold to company B's transfer",
+      );
+      await refused(
+        withTenant(
+          appSql,
+          coA,
+          (tx) =>
+            tx`insert into transfer_status_history (transfer_id, company_id, status) values (${bTransfer}, ${coA}, 'returned')`,
+        ),
+        {},
+        "company A writes a status change into company B's transfer history",
+      );
+    });
 
-    it(
-      "GAP: a settled transfer's amount, currency and accounts are immutable",
-      async () => {
-        const co = await newCompany();
-        const a = await open(co);
-        const b = await open(co);
-        await fund(a, 1_000n);
-        const settled = await transfer(a, b, 100n);
-        await refused(
-          withTenant(appSql, co, (tx) => tx`update transfers set amount = 1 where id = ${settled.id}`),
-          {},
-          'the transfer object no longer matches its entries',
-        );
-        await refused(
-          withTenant(appSql, co, (tx) => tx`update transfers set status = 'pending' where id = ${settled.id}`),
-          {},
-          'settled -> pending is not a transition of contract 4',
-        );
-      },
-    );
+    it("GAP: a settled transfer's amount, currency and accounts are immutable", async () => {
+      const co = await newCompany();
+      const a = await open(co);
+      const b = await open(co);
+      await fund(a, 1_000n);
+      const settled = await transfer(a, b, 100n);
+      await refused(
+        withTenant(appSql, co, (tx) => tx`update transfers set amount = 1 where id = ${settled.id}`),
+        {},
+        'the transfer object no longer matches its entries',
+      );
+      await refused(
+        withTenant(appSql, co, (tx) => tx`update transfers set status = 'pending' where id = ${settled.id}`),
+        {},
+        'settled -> pending is not a transition of contract 4',
+      );
+    });
   });
 });
