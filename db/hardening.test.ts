@@ -1,4 +1,4 @@
-// Migrations 00010 and 00011: statements crafted as payments_app (the role of every application connection)
+// Migrations 00010–00012: statements crafted as payments_app (the role of every application connection)
 // that committed before it, each refused now.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -16,7 +16,7 @@ interface Refusal {
   message?: RegExp;
 }
 
-describe('database hardening against crafted statements of the application role (migrations 00010, 00011)', () => {
+describe('database hardening against crafted statements of the application role (migrations 00010–00012)', () => {
   let database: TestDatabase;
   let owner: Sql;
   let app: Sql;
@@ -146,6 +146,17 @@ describe('database hardening against crafted statements of the application role 
     await refused(
       as(a, (tx) => tx`delete from companies where id = ${a}`),
       { code: '42501' },
+    );
+  });
+
+  it('refuses a transfer settled or returned without a posted entry, at commit (migration 00012)', async () => {
+    await refused(
+      as(a, (tx) => newTransfer(tx, a, walletA, accountA, 'settled')),
+      { code: '23514', message: /no posted entry/ },
+    );
+    await refused(
+      as(a, (tx) => newTransfer(tx, a, walletA, accountA, 'returned')),
+      { code: '23514', message: /no posted entry/ },
     );
   });
 

@@ -326,12 +326,25 @@ describe('events are written by the database in the same transaction as the chan
         values (${transferId}, ${tenant.company.id}, 'sandbox', 'evt-payout', 'ach', 'pending', 1000000, 'USDC', ${wallet!.id},
                 ${tenant.sandbox.achAccountId}, 99, 'USD', 5000, 1, 'wf-evt')`;
     });
+    // A settled transfer has the posted entries that moved its money (migration 00012).
+    const [funding] = await testApp.ownerSql<{ id: string }[]>`
+      select id from ledger_accounts
+      where company_id = ${tenant.company.id} and environment = 'sandbox' and currency = 'USDC'
+        and system_purpose = 'sandbox_funding'`;
     for (const [status, version] of [
       ['processing', 2],
       ['settled', 3],
       ['returned', 4],
     ] as const) {
-      await testApp.ownerSql`update transfers set status = ${status}, version = ${version} where id = ${transferId}`;
+      await testApp.ownerSql.begin(async (tx) => {
+        if (status === 'settled') {
+          await tx`
+            insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind)
+            values (${tenant.company.id}, 'sandbox', ${transferId}, ${wallet!.id}, 'USDC', -1000000, 'posted'),
+                   (${tenant.company.id}, 'sandbox', ${transferId}, ${funding!.id}, 'USDC', 1000000, 'posted')`;
+        }
+        await tx`update transfers set status = ${status}, version = ${version} where id = ${transferId}`;
+      });
     }
     const rows = await testApp.ownerSql<{ type: string; object_version: number; snapshot: { status: string; out_amount: string; fx_rate: string } }[]>`
       select type, object_version, snapshot from events where object_id = ${transferId} order by object_version`;
