@@ -32,12 +32,21 @@ describe('/v1 webhook endpoints and events', () => {
     tenant = await provisionTestTenant(testApp);
     other = await provisionTestTenant(testApp);
     await verifyCompany(testApp.ownerSql, tenant.company.id, SYSTEM_ACTOR);
-    liveKey = (await createApiKey(testApp.ownerSql, { companyId: tenant.company.id, environment: 'live', name: 'live', createdBy: null }, SYSTEM_ACTOR))
-      .secret;
+    liveKey = (
+      await createApiKey(
+        testApp.ownerSql,
+        { companyId: tenant.company.id, environment: 'live', name: 'live', createdBy: null },
+        SYSTEM_ACTOR,
+      )
+    ).secret;
   });
   after(async () => testApp.close());
 
-  const v1 = (method: string, path: string, options: { body?: unknown; apiKey?: string; idempotencyKey?: string } = {}) =>
+  const v1 = (
+    method: string,
+    path: string,
+    options: { body?: unknown; apiKey?: string; idempotencyKey?: string } = {},
+  ) =>
     call(testApp, method, path, {
       token: options.apiKey ?? tenant.sandboxApiKey,
       ...(options.body !== undefined ? { body: options.body } : {}),
@@ -51,7 +60,11 @@ describe('/v1 webhook endpoints and events', () => {
 
   it('creates an endpoint and shows its secret once; lists, gets, updates and deletes it', async () => {
     const created = await v1('POST', '/v1/webhook_endpoints', {
-      body: { url: 'https://hooks.example.com/payments', events: ['transfer.settled', 'transfer.failed'], description: 'ops' },
+      body: {
+        url: 'https://hooks.example.com/payments',
+        events: ['transfer.settled', 'transfer.failed'],
+        description: 'ops',
+      },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     assert.match(created.body.id, /^we_[0-9a-f]{32}$/);
@@ -65,7 +78,10 @@ describe('/v1 webhook endpoints and events', () => {
     assert.equal(fetched.status, 200);
     assert.equal('secret' in fetched.body, false, 'the secret is shown once');
     const listed = await v1('GET', '/v1/webhook_endpoints');
-    assert.deepEqual(listed.body.data.map((endpoint: { id: string }) => endpoint.id), [created.body.id]);
+    assert.deepEqual(
+      listed.body.data.map((endpoint: { id: string }) => endpoint.id),
+      [created.body.id],
+    );
     assert.equal('secret' in listed.body.data[0], false);
 
     const updated = await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, {
@@ -82,14 +98,23 @@ describe('/v1 webhook endpoints and events', () => {
 
     // Each status change is an event about the endpoint.
     const events = await v1('GET', `/v1/events?object=${created.body.id}`);
-    assert.deepEqual(events.body.data.map((event: { type: string }) => event.type), ['webhook_endpoint.enabled', 'webhook_endpoint.disabled']);
-    assert.deepEqual(events.body.data.map((event: { data: { version: number } }) => event.data.version), [3, 2]);
+    assert.deepEqual(
+      events.body.data.map((event: { type: string }) => event.type),
+      ['webhook_endpoint.enabled', 'webhook_endpoint.disabled'],
+    );
+    assert.deepEqual(
+      events.body.data.map((event: { data: { version: number } }) => event.data.version),
+      [3, 2],
+    );
 
     const deleted = await v1('DELETE', `/v1/webhook_endpoints/${created.body.id}`);
     assert.deepEqual(deleted.body, { id: created.body.id, object: 'webhook_endpoint', deleted: true });
     assert.equal((await v1('GET', `/v1/webhook_endpoints/${created.body.id}`)).status, 404);
     assert.equal((await v1('DELETE', `/v1/webhook_endpoints/${created.body.id}`)).status, 404);
-    assert.equal((await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, { body: { enabled: true } })).status, 404);
+    assert.equal(
+      (await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, { body: { enabled: true } })).status,
+      404,
+    );
   });
 
   it('refuses loopback, private, link-local and metadata targets, and bad URLs, with clear 400s', async () => {
@@ -113,12 +138,17 @@ describe('/v1 webhook endpoints and events', () => {
       assert.equal(response.body.code, code, url);
     }
     // Live endpoints must use https; sandbox may use http for a public host.
-    const liveHttp = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'http://hooks.example.com/hook' }, apiKey: liveKey });
+    const liveHttp = await v1('POST', '/v1/webhook_endpoints', {
+      body: { url: 'http://hooks.example.com/hook' },
+      apiKey: liveKey,
+    });
     assert.equal(liveHttp.body.code, 'WEBHOOK_URL_INVALID');
     const sandboxHttp = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'http://hooks.example.com/hook' } });
     assert.equal(sandboxHttp.status, 201);
     // An update is checked the same way.
-    const update = await v1('PATCH', `/v1/webhook_endpoints/${sandboxHttp.body.id}`, { body: { url: 'http://127.0.0.1/x' } });
+    const update = await v1('PATCH', `/v1/webhook_endpoints/${sandboxHttp.body.id}`, {
+      body: { url: 'http://127.0.0.1/x' },
+    });
     assert.equal(update.body.code, 'WEBHOOK_URL_FORBIDDEN');
     await clearEndpoints();
   });
@@ -140,27 +170,58 @@ describe('/v1 webhook endpoints and events', () => {
     }
     const created = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/a' } });
     assert.equal((await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, { body: {} })).status, 400);
-    assert.equal((await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, { body: { enabled: 'yes' } })).status, 400);
-    assert.equal((await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, { body: { overlap_seconds: -1 } })).status, 400);
-    assert.equal((await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, { body: { overlap_seconds: 8 * 86400 } })).status, 400);
+    assert.equal(
+      (await v1('PATCH', `/v1/webhook_endpoints/${created.body.id}`, { body: { enabled: 'yes' } })).status,
+      400,
+    );
+    assert.equal(
+      (await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, { body: { overlap_seconds: -1 } }))
+        .status,
+      400,
+    );
+    assert.equal(
+      (
+        await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, {
+          body: { overlap_seconds: 8 * 86400 },
+        })
+      ).status,
+      400,
+    );
     // Writes need an Idempotency-Key.
-    const noKey = await call(testApp, 'POST', '/v1/webhook_endpoints', { token: tenant.sandboxApiKey, body: { url: 'https://hooks.example.com/b' } });
+    const noKey = await call(testApp, 'POST', '/v1/webhook_endpoints', {
+      token: tenant.sandboxApiKey,
+      body: { url: 'https://hooks.example.com/b' },
+    });
     assert.equal(noKey.status, 400);
 
     // At most 4 endpoints per environment here (16 by default); the live environment counts apart.
-    for (let i = 0; i < 3; i++) assert.equal((await v1('POST', '/v1/webhook_endpoints', { body: { url: `https://hooks.example.com/${i}` } })).status, 201);
+    for (let i = 0; i < 3; i++)
+      assert.equal(
+        (await v1('POST', '/v1/webhook_endpoints', { body: { url: `https://hooks.example.com/${i}` } })).status,
+        201,
+      );
     const fifth = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/5' } });
     assert.equal(fifth.status, 422);
     assert.equal(fifth.body.code, 'WEBHOOK_ENDPOINT_LIMIT');
-    assert.equal((await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/live' }, apiKey: liveKey })).status, 201);
+    assert.equal(
+      (await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/live' }, apiKey: liveKey }))
+        .status,
+      201,
+    );
     await clearEndpoints();
     await clearEndpoints(liveKey);
   });
 
   it('replays a create for the same Idempotency-Key instead of making a second endpoint', async () => {
     const idempotencyKey = key();
-    const first = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/once' }, idempotencyKey });
-    const again = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/once' }, idempotencyKey });
+    const first = await v1('POST', '/v1/webhook_endpoints', {
+      body: { url: 'https://hooks.example.com/once' },
+      idempotencyKey,
+    });
+    const again = await v1('POST', '/v1/webhook_endpoints', {
+      body: { url: 'https://hooks.example.com/once' },
+      idempotencyKey,
+    });
     assert.equal(first.status, 201);
     assert.deepEqual(again.body, first.body);
     assert.equal((await v1('GET', '/v1/webhook_endpoints')).body.data.length, 1);
@@ -169,7 +230,9 @@ describe('/v1 webhook endpoints and events', () => {
 
   it('rotates the secret with an overlap window', async () => {
     const created = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/rot' } });
-    const rotated = await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, { body: { overlap_seconds: 3600 } });
+    const rotated = await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, {
+      body: { overlap_seconds: 3600 },
+    });
     assert.equal(rotated.status, 200, JSON.stringify(rotated.body));
     assert.notEqual(rotated.body.secret, created.body.secret);
     const expires = Date.parse(rotated.body.previous_secret_expires_at);
@@ -177,7 +240,9 @@ describe('/v1 webhook endpoints and events', () => {
     const [row] = await testApp.ownerSql<{ secret: string; previous_secret: string }[]>`
       select secret, previous_secret from webhook_endpoints where id = ${created.body.id}`;
     assert.deepEqual({ ...row }, { secret: rotated.body.secret, previous_secret: created.body.secret });
-    const immediate = await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, { body: { overlap_seconds: 0 } });
+    const immediate = await v1('POST', `/v1/webhook_endpoints/${created.body.id}/rotate_secret`, {
+      body: { overlap_seconds: 0 },
+    });
     assert.equal(immediate.body.previous_secret_expires_at, null);
     await clearEndpoints();
   });
@@ -186,7 +251,12 @@ describe('/v1 webhook endpoints and events', () => {
     const transfers: string[] = [];
     for (let i = 0; i < 3; i++) {
       const response = await v1('POST', '/v1/transfers', {
-        body: { amount: 100 + i, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+        body: {
+          amount: 100 + i,
+          currency: 'USD',
+          source: tenant.sandbox.usdWalletId,
+          destination: tenant.sandbox.usdAccountId,
+        },
       });
       assert.equal(response.status, 201);
       transfers.push(response.body.id);
@@ -196,7 +266,9 @@ describe('/v1 webhook endpoints and events', () => {
     assert.equal(first.body.data.length, 2);
     assert.equal(first.body.has_more, true);
     const second = await v1('GET', `/v1/events?limit=2&type=transfer.settled&cursor=${first.body.next_cursor}`);
-    const seen = [...first.body.data, ...second.body.data].map((event: { data: { object: { id: string } } }) => event.data.object.id);
+    const seen = [...first.body.data, ...second.body.data].map(
+      (event: { data: { object: { id: string } } }) => event.data.object.id,
+    );
     assert.deepEqual(seen.slice(0, 3), [...transfers].reverse());
     const event = first.body.data[0];
     assert.match(event.id, /^evt_[0-9a-f]{32}$/);
@@ -225,20 +297,32 @@ describe('/v1 webhook endpoints and events', () => {
     const theirs = (await v1('GET', '/v1/events?limit=100', { apiKey: other.sandboxApiKey })).body.data;
     assert.ok(theirs.length > 0);
     for (const event of theirs) assert.equal(event.data.object.source === tenant.sandbox.usdWalletId, false);
-    assert.equal(theirs.some((event: { id: string }) => event.id === eventId), false);
+    assert.equal(
+      theirs.some((event: { id: string }) => event.id === eventId),
+      false,
+    );
 
     const endpoint = await v1('POST', '/v1/webhook_endpoints', { body: { url: 'https://hooks.example.com/mine' } });
     for (const apiKey of [other.sandboxApiKey, liveKey]) {
       assert.equal((await v1('GET', `/v1/webhook_endpoints/${endpoint.body.id}`, { apiKey })).status, 404);
-      assert.equal((await v1('PATCH', `/v1/webhook_endpoints/${endpoint.body.id}`, { apiKey, body: { enabled: false } })).status, 404);
+      assert.equal(
+        (await v1('PATCH', `/v1/webhook_endpoints/${endpoint.body.id}`, { apiKey, body: { enabled: false } })).status,
+        404,
+      );
       assert.equal((await v1('GET', `/v1/webhook_endpoints/${endpoint.body.id}/attempts`, { apiKey })).status, 404);
-      assert.equal((await v1('POST', `/v1/webhook_endpoints/${endpoint.body.id}/resend`, { apiKey, body: { event: eventId } })).status, 404);
+      assert.equal(
+        (await v1('POST', `/v1/webhook_endpoints/${endpoint.body.id}/resend`, { apiKey, body: { event: eventId } }))
+          .status,
+        404,
+      );
     }
     // A resend of another company's event to my endpoint: no such event.
     const foreignEvent = await testApp.ownerSql<{ id: string }[]>`
       insert into events (id, company_id, environment, type, object_type, object_id, object_version, snapshot)
       values (new_event_id(), ${other.company.id}, 'sandbox', 'transfer.settled', 'transfer', 'tr_x', 1, '{}') returning id`;
-    const resend = await v1('POST', `/v1/webhook_endpoints/${endpoint.body.id}/resend`, { body: { event: foreignEvent[0]!.id } });
+    const resend = await v1('POST', `/v1/webhook_endpoints/${endpoint.body.id}/resend`, {
+      body: { event: foreignEvent[0]!.id },
+    });
     assert.equal(resend.status, 404);
     assert.equal(resend.body.code, 'EVENT_NOT_FOUND');
     await clearEndpoints();
@@ -280,9 +364,16 @@ describe('events are written by the database in the same transaction as the chan
     const response = await call(testApp, 'POST', '/v1/transfers', {
       token: tenant.sandboxApiKey,
       headers: { 'idempotency-key': 'evt-1' },
-      body: { amount: 5, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+      body: {
+        amount: 5,
+        currency: 'USD',
+        source: tenant.sandbox.usdWalletId,
+        destination: tenant.sandbox.usdAccountId,
+      },
     });
-    const rows = await testApp.ownerSql<{ id: string; type: string; object_version: number; snapshot: { amount: string } }[]>`
+    const rows = await testApp.ownerSql<
+      { id: string; type: string; object_version: number; snapshot: { amount: string } }[]
+    >`
       select id, type, object_version, snapshot from events where object_id = ${response.body.id}`;
     assert.equal(rows.length, 1);
     assert.equal(rows[0]!.type, 'transfer.settled');
@@ -290,10 +381,17 @@ describe('events are written by the database in the same transaction as the chan
 
     // An event is history: the app role cannot rewrite it, and nobody can change its contents.
     await assert.rejects(
-      withTenant(testApp.appSql, tenant.company.id, (tx) => tx`update events set type = 'transfer.failed' where id = ${rows[0]!.id}`),
+      withTenant(
+        testApp.appSql,
+        tenant.company.id,
+        (tx) => tx`update events set type = 'transfer.failed' where id = ${rows[0]!.id}`,
+      ),
       /events never change/,
     );
-    await assert.rejects(testApp.ownerSql`update events set type = 'transfer.failed' where id = ${rows[0]!.id}`, /events never change/);
+    await assert.rejects(
+      testApp.ownerSql`update events set type = 'transfer.failed' where id = ${rows[0]!.id}`,
+      /events never change/,
+    );
     await assert.rejects(testApp.appSql`delete from events where id = ${rows[0]!.id}`);
     // A second event for the same version is refused.
     await assert.rejects(
@@ -304,14 +402,23 @@ describe('events are written by the database in the same transaction as the chan
     );
 
     // A transfer refused for insufficient funds rolls back with its event: no event without its change.
-    const before = await testApp.ownerSql<{ count: number }[]>`select count(*)::int as count from events where company_id = ${tenant.company.id}`;
+    const before = await testApp.ownerSql<
+      { count: number }[]
+    >`select count(*)::int as count from events where company_id = ${tenant.company.id}`;
     const refused = await call(testApp, 'POST', '/v1/transfers', {
       token: tenant.sandboxApiKey,
       headers: { 'idempotency-key': 'evt-2' },
-      body: { amount: 999_999_999, currency: 'USD', source: tenant.sandbox.usdWalletId, destination: tenant.sandbox.usdAccountId },
+      body: {
+        amount: 999_999_999,
+        currency: 'USD',
+        source: tenant.sandbox.usdWalletId,
+        destination: tenant.sandbox.usdAccountId,
+      },
     });
     assert.equal(refused.status, 422);
-    const afterRefusal = await testApp.ownerSql<{ count: number }[]>`select count(*)::int as count from events where company_id = ${tenant.company.id}`;
+    const afterRefusal = await testApp.ownerSql<
+      { count: number }[]
+    >`select count(*)::int as count from events where company_id = ${tenant.company.id}`;
     assert.equal(afterRefusal[0]!.count, before[0]!.count);
   });
 
@@ -346,7 +453,9 @@ describe('events are written by the database in the same transaction as the chan
         await tx`update transfers set status = ${status}, version = ${version} where id = ${transferId}`;
       });
     }
-    const rows = await testApp.ownerSql<{ type: string; object_version: number; snapshot: { status: string; out_amount: string; fx_rate: string } }[]>`
+    const rows = await testApp.ownerSql<
+      { type: string; object_version: number; snapshot: { status: string; out_amount: string; fx_rate: string } }[]
+    >`
       select type, object_version, snapshot from events where object_id = ${transferId} order by object_version`;
     assert.deepEqual(
       rows.map((row) => [row.type, row.object_version, row.snapshot.status]),
@@ -361,10 +470,14 @@ describe('events are written by the database in the same transaction as the chan
     assert.equal(Number(rows[0]!.snapshot.fx_rate), 1);
     // A change that is not a status change writes nothing.
     await testApp.ownerSql`update transfers set updated_at = now() where id = ${transferId}`;
-    const count = await testApp.ownerSql<{ count: number }[]>`select count(*)::int as count from events where object_id = ${transferId}`;
+    const count = await testApp.ownerSql<
+      { count: number }[]
+    >`select count(*)::int as count from events where object_id = ${transferId}`;
     assert.equal(count[0]!.count, 4);
     // The API renders the returned payout's event as GET /v1/transfers shows a payout.
-    const events = await call(testApp, 'GET', `/v1/events?object=${transferId}&limit=1`, { token: tenant.sandboxApiKey });
+    const events = await call(testApp, 'GET', `/v1/events?object=${transferId}&limit=1`, {
+      token: tenant.sandboxApiKey,
+    });
     assert.equal(events.body.data[0].type, 'transfer.returned');
     assert.equal(events.body.data[0].data.object.out.amount, '0.99');
     assert.equal(events.body.data[0].data.object.fee.amount, '0.005000');
