@@ -3,7 +3,7 @@ import { loadConfig } from '../platform/config.ts';
 import { createLogger } from '../platform/logger.ts';
 import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
 import { connectTemporalClient, pingTemporal } from '../platform/temporal.ts';
-import { APP_ROLE, createSql, databaseOptionsFromConfig, pingDatabase } from '../db/client.ts';
+import { appDatabaseOptions, createSql, pingDatabase } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createIdempotency } from './middleware/idempotency.ts';
 import { createTransferSigner } from '../services/signing.ts';
@@ -19,7 +19,7 @@ if (!config.DATABASE_URL) {
 }
 const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
 // The API's pool runs as payments_app: row-level security applies to every query it makes.
-const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-api', APP_ROLE));
+const sql = createSql(appDatabaseOptions({ ...config, DATABASE_URL: config.DATABASE_URL }, 'payments-api'));
 const temporal = await connectTemporalClient({
   address: temporalAddress,
   namespace: config.TEMPORAL_NAMESPACE,

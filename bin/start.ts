@@ -1,13 +1,14 @@
 // `npm start`: the whole service on one machine. Embedded PostgreSQL unless DATABASE_URL is set,
 // migrations, the Temporal dev server with its Web UI unless TEMPORAL_ADDRESS is set, the worker and
 // the API. Ctrl-C stops them in reverse order; the data under DATA_DIR is kept for the next start.
-import { mkdir } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { childEnv, loadConfig } from '../platform/config.ts';
 import { createLogger } from '../platform/logger.ts';
 import { startService, stopService, type ServiceProcess } from '../platform/services.ts';
-import { createSql, databaseOptionsFromConfig } from '../db/client.ts';
+import { createSql, databaseOptionsFromConfig, enableAppLogin } from '../db/client.ts';
 import { migrate } from '../db/migrate.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -24,7 +25,9 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
     shuttingDown = true;
     logger.info({ reason }, 'stopping every service');
     // Applications first (they drain against live dependencies), then Temporal, then PostgreSQL.
-    await Promise.all(applications.map((service) => stopService(service, { signal: 'SIGTERM', timeoutMs: config.SHUTDOWN_TIMEOUT_MS })));
+    await Promise.all(
+      applications.map((service) => stopService(service, { signal: 'SIGTERM', timeoutMs: config.SHUTDOWN_TIMEOUT_MS })),
+    );
     for (const service of [...infrastructure].reverse()) {
       await stopService(service, { signal: 'SIGTERM', timeoutMs: config.SHUTDOWN_TIMEOUT_MS });
     }
@@ -46,35 +49,72 @@ function watch(service: ServiceProcess<unknown>): void {
   });
 }
 
-function launch<T>(list: ServiceProcess<unknown>[], name: string, script: string, env: NodeJS.ProcessEnv, detached: boolean, readyTimeoutMs: number) {
+function launch<T>(
+  list: ServiceProcess<unknown>[],
+  name: string,
+  script: string,
+  env: NodeJS.ProcessEnv,
+  detached: boolean,
+  readyTimeoutMs: number,
+) {
   const service = startService<T>({ name, script: join(root, script), env, detached, readyTimeoutMs });
   list.push(service);
   watch(service);
   return service.ready;
 }
 
+/** A random hex secret kept in `file` (owner-only), made on first use. */
+async function readOrCreateSecret(file: string): Promise<string> {
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (error) {
+    if ((error as { code?: string }).code !== 'ENOENT') throw error;
+    const secret = randomBytes(24).toString('hex');
+    await writeFile(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
+    return secret;
+  }
+}
+
 try {
   const started = Date.now();
   let databaseUrl = config.DATABASE_URL;
+  const embedded = !databaseUrl;
   if (!databaseUrl) {
-    const ready = await launch<{ url: string }>(infrastructure, 'postgres', 'bin/embedded-postgres-main.ts', childEnv({}), true, 120_000);
+    const ready = await launch<{ url: string }>(
+      infrastructure,
+      'postgres',
+      'bin/embedded-postgres-main.ts',
+      childEnv({}),
+      true,
+      120_000,
+    );
     databaseUrl = ready.url;
   }
   const sql = createSql(databaseOptionsFromConfig(config, databaseUrl, 'payments-migrate'));
   await migrate(sql, { onApplied: (name) => logger.info({ migration: name }, 'migration applied') });
+  // The API and the worker log in as payments_app itself, not as the owner switching to it (which
+  // could switch back): on the embedded database this start owns, with a password kept beside it.
+  const appUrl = embedded
+    ? await enableAppLogin(sql, databaseUrl, await readOrCreateSecret(join(config.dataDir, 'postgres', 'app-password')))
+    : config.DATABASE_APP_URL;
   await sql.end({ timeout: 5 });
 
   let temporalAddress = config.TEMPORAL_ADDRESS;
   let temporalUiUrl: string | undefined;
   if (!temporalAddress) {
     const ready = await launch<{ address: string; uiUrl: string }>(
-      infrastructure, 'temporal', 'bin/temporal-dev-server-main.ts', childEnv({}), true, 120_000,
+      infrastructure,
+      'temporal',
+      'bin/temporal-dev-server-main.ts',
+      childEnv({}),
+      true,
+      120_000,
     );
     temporalAddress = ready.address;
     temporalUiUrl = ready.uiUrl;
   }
 
-  const appEnv = childEnv({ DATABASE_URL: databaseUrl, TEMPORAL_ADDRESS: temporalAddress });
+  const appEnv = childEnv({ DATABASE_URL: databaseUrl, DATABASE_APP_URL: appUrl, TEMPORAL_ADDRESS: temporalAddress });
   const [, api] = await Promise.all([
     launch<{ service: string }>(applications, 'worker', 'workers/main.ts', appEnv, false, 180_000),
     launch<{ url: string }>(applications, 'api', 'api/main.ts', appEnv, false, 60_000),

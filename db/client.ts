@@ -74,6 +74,37 @@ export function databaseOptionsFromConfig(
   };
 }
 
+/**
+ * The pool options of a service that runs as payments_app (the API, the worker): DATABASE_APP_URL, a
+ * login of the role itself, when there is one; else DATABASE_URL with a switch to the role at
+ * connection start.
+ */
+export function appDatabaseOptions(
+  config: Parameters<typeof databaseOptionsFromConfig>[0] & {
+    DATABASE_URL: string;
+    DATABASE_APP_URL?: string | undefined;
+  },
+  applicationName: string,
+): DatabaseOptions {
+  return config.DATABASE_APP_URL
+    ? databaseOptionsFromConfig(config, config.DATABASE_APP_URL, applicationName)
+    : databaseOptionsFromConfig(config, config.DATABASE_URL, applicationName, APP_ROLE);
+}
+
+/**
+ * Lets payments_app log in with `password` (hex; run as the owner; idempotent), and returns
+ * `ownerUrl` with that login: what the API and the worker connect with when the service runs the database.
+ */
+export async function enableAppLogin(sql: Sql, ownerUrl: string, password: string): Promise<string> {
+  const [statement] = await sql<{ statement: string }[]>`
+    select format('alter role %I with login password %L', ${APP_ROLE}::text, ${password}::text) as statement`;
+  await sql.unsafe(statement!.statement);
+  const url = new URL(ownerUrl);
+  url.username = APP_ROLE;
+  url.password = password; // hex: nothing to escape
+  return url.toString();
+}
+
 /** True when a trivial query answers within the pool's timeouts. */
 export async function pingDatabase(sql: Sql): Promise<boolean> {
   try {

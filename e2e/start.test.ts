@@ -17,7 +17,6 @@ import { descendants, processAlive } from '../platform/processes.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-
 interface Started {
   child: ChildProcess;
   ready: { apiUrl: string; temporalUiUrl: string; temporalAddress: string };
@@ -58,9 +57,11 @@ async function ctrlC(started: Started): Promise<number | null> {
   const exited = new Promise<number | null>((resolve) => started.child.once('exit', (code) => resolve(code)));
   process.kill(-pid, 'SIGINT');
   const code = await exited;
-  await waitFor('every child process to exit', async () => tree.every((child) => !processAlive(child)), 30_000).catch(() => {
-    throw new Error(`left behind: ${tree.filter(processAlive).join(', ')}\n${started.output()}`);
-  });
+  await waitFor('every child process to exit', async () => tree.every((child) => !processAlive(child)), 30_000).catch(
+    () => {
+      throw new Error(`left behind: ${tree.filter(processAlive).join(', ')}\n${started.output()}`);
+    },
+  );
   return code;
 }
 
@@ -109,6 +110,25 @@ describe('npm start (end to end)', { timeout: 600_000 }, () => {
     const databaseUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${pgPort}/payments`;
     const sql = postgres(databaseUrl, { max: 1, onnotice: () => undefined });
     await sql`insert into outbox (workflow_type, workflow_id, task_queue) values ('marker', 'e2e-marker', 'payments-core')`;
+    // The API and the worker log in as payments_app itself, so none of their sessions can switch
+    // back to the owner.
+    const sessions = await sql<{ usename: string; application_name: string }[]>`
+      select distinct usename, application_name from pg_stat_activity
+      where application_name in ('payments-api', 'payments-worker') order by application_name`;
+    assert.deepEqual(
+      sessions.map((session) => [session.application_name, session.usename]),
+      [
+        ['payments-api', 'payments_app'],
+        ['payments-worker', 'payments_app'],
+      ],
+    );
+    const appPassword = (await readFile(join(dataDir, 'postgres', 'app-password'), 'utf8')).trim();
+    const app = postgres(`postgres://payments_app:${appPassword}@127.0.0.1:${pgPort}/payments`, {
+      max: 1,
+      onnotice: () => undefined,
+    });
+    await assert.rejects(app`set role postgres`, { code: '42501' });
+    await app.end();
     await sql.end();
 
     assert.equal(await ctrlC(first), 0);
@@ -121,7 +141,9 @@ describe('npm start (end to end)', { timeout: 600_000 }, () => {
     await again.end();
     assert.equal(rows.length, 1);
     const connection2 = await Connection.connect({ address: second.ready.temporalAddress });
-    const described = await new Client({ connection: connection2 }).workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).describe();
+    const described = await new Client({ connection: connection2 }).workflow
+      .getHandle(DATA_RETENTION_WORKFLOW_ID)
+      .describe();
     assert.equal(described.runId, retention.runId, 'the workflow started by the first run is still the one running');
     await connection2.close();
 

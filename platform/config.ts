@@ -21,6 +21,13 @@ const ZConfigFields = z.object({
   PORT: ZPort.default(3000),
   DATA_DIR: z.string().min(1).default('.data'),
   DATABASE_URL: z.url().optional(),
+  /**
+   * What the API and the worker connect with: a login of the role payments_app itself. Without it
+   * they connect with DATABASE_URL and switch to payments_app at connection start, and a login user
+   * allowed to switch to payments_app may also switch back to itself. `npm start` sets it for the
+   * embedded PostgreSQL.
+   */
+  DATABASE_APP_URL: z.url().optional(),
   DATABASE_POOL_MAX: ZPositiveInt.max(200).default(10),
   DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
   DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),

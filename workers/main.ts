@@ -5,7 +5,7 @@ import { connectTemporalClient } from '../platform/temporal.ts';
 import { loadConfig } from '../platform/config.ts';
 import { createLogger } from '../platform/logger.ts';
 import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
-import { APP_ROLE, createSql, databaseOptionsFromConfig } from '../db/client.ts';
+import { appDatabaseOptions, createSql } from '../db/client.ts';
 import { loadWorkflowBundle } from './bundle.ts';
 import { createWorker } from './worker.ts';
 import { ensureSystemWorkflows } from './system-workflows.ts';
@@ -25,7 +25,7 @@ Runtime.install({
   logger: new DefaultLogger(config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace' ? 'DEBUG' : 'WARN'),
   shutdownSignals: [],
 });
-const sql = createSql(databaseOptionsFromConfig(config, config.DATABASE_URL, 'payments-worker', APP_ROLE));
+const sql = createSql(appDatabaseOptions({ ...config, DATABASE_URL: config.DATABASE_URL }, 'payments-worker'));
 const connection = await NativeConnection.connect({ address: temporalAddress });
 const temporal = await connectTemporalClient({
   address: temporalAddress,
