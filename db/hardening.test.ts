@@ -31,6 +31,11 @@ describe('database hardening against crafted statements of the application role 
   before(async () => {
     database = await createTestDatabase();
     owner = database.sql;
+    // A clone of the migrated template does not copy database privileges: migration 00010's REVOKE
+    // again, on this clone.
+    await owner.unsafe(
+      `revoke temporary on database ${(await owner`select current_database() as name`)[0]!.name} from public`,
+    );
     app = createAppRoleSql(database.url, { applicationName: 'payments-test-hardening', poolMax: 4 });
     const tenantA = await provisionTenant(
       owner,

@@ -28,11 +28,7 @@ export async function createTestDatabase(options: { empty?: boolean; poolMax?: n
   const adminSql = admin();
   try {
     if (options.empty) await adminSql.unsafe(`create database ${name}`);
-    else {
-      await adminSql.unsafe(`create database ${name} template ${testEnv().TEST_PG_TEMPLATE}`);
-      // A clone does not copy the template's database privileges: as migration 00010 does.
-      await adminSql.unsafe(`revoke temporary on database ${name} from public`);
-    }
+    else await adminSql.unsafe(`create database ${name} template ${testEnv().TEST_PG_TEMPLATE}`);
   } finally {
     await adminSql.end({ timeout: 5 });
   }

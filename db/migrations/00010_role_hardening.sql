@@ -8,7 +8,7 @@
 --    entries, and a temporary trigger function ran balance updates at trigger depth 2, where the
 --    balance guard lets them through. Nothing in the application uses temporary objects. This is a
 --    privilege of the database, so a database cloned from this one (CREATE DATABASE … TEMPLATE)
---    needs the same REVOKE again (test-support/db.ts does it for the test clones).
+--    needs the same REVOKE again (db/hardening.test.ts does it on its clone).
 do $$
 begin
   execute format('revoke temporary on database %I from public', current_database());
