@@ -75,7 +75,10 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     });
   }
 
-  const status = (handle: WorkflowHandle) => handle.query(dataRetentionStatusQuery);
+  // A query has no deadline of its own: one that stalls on the time-skipping server under load would
+  // hang the file until its timeout, past waitFor's own; with one, waitFor asks again.
+  const status = (handle: WorkflowHandle) =>
+    env.client.withDeadline(Date.now() + 5_000, () => handle.query(dataRetentionStatusQuery));
   const afterSweeps = (handle: WorkflowHandle, sweeps: number) =>
     waitFor<DataRetentionStatus>(`${sweeps} sweeps`, async () => {
       const current = await status(handle);
