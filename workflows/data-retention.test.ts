@@ -3,7 +3,11 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import { WorkflowExecutionAlreadyStartedError, type WorkflowHandle, type WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import {
+  WorkflowExecutionAlreadyStartedError,
+  type WorkflowHandle,
+  type WorkflowHandleWithFirstExecutionRunId,
+} from '@temporalio/client';
 import { ApplicationFailure, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -13,7 +17,11 @@ import { RETENTION_POLICIES, type RetentionPolicy } from '../db/retention.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
-import { dataRetentionStatusQuery, DATA_RETENTION_WORKFLOW_ID, type DataRetentionStatus } from './shared/data-retention.ts';
+import {
+  dataRetentionStatusQuery,
+  DATA_RETENTION_WORKFLOW_ID,
+  type DataRetentionStatus,
+} from './shared/data-retention.ts';
 import { TASK_QUEUES } from './shared/task-queues.ts';
 import type { dataRetentionWorkflow } from './data-retention.ts';
 
@@ -37,8 +45,9 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
       taskQueue: TASK_QUEUES.core,
       workflowBundle: await testWorkflowBundle(),
       activities: {
-        purgeExpiredRows: (input: Parameters<ReturnType<typeof createDataRetentionActivities>['purgeExpiredRows']>[0]) =>
-          createDataRetentionActivities({ sql: database.sql, policies }).purgeExpiredRows(input),
+        purgeExpiredRows: (
+          input: Parameters<ReturnType<typeof createDataRetentionActivities>['purgeExpiredRows']>[0],
+        ) => createDataRetentionActivities({ sql: database.sql, policies }).purgeExpiredRows(input),
       },
     });
     running = worker.run();
@@ -66,7 +75,9 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     return rows.map((row) => row.workflow_id);
   }
 
-  function start(args: Parameters<typeof dataRetentionWorkflow>[0]): Promise<WorkflowHandleWithFirstExecutionRunId<typeof dataRetentionWorkflow>> {
+  function start(
+    args: Parameters<typeof dataRetentionWorkflow>[0],
+  ): Promise<WorkflowHandleWithFirstExecutionRunId<typeof dataRetentionWorkflow>> {
     workflowNumber += 1;
     return env.client.workflow.start<typeof dataRetentionWorkflow>('dataRetentionWorkflow', {
       workflowId: `test/data-retention-${workflowNumber}`,
@@ -112,7 +123,10 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     assert.equal(carried.deleted, 3);
     const latest = await env.client.workflow.getHandle(handle.workflowId).describe();
     assert.notEqual(latest.runId, firstRunId);
-    assert.equal((await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name, 'CONTINUED_AS_NEW');
+    assert.equal(
+      (await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name,
+      'CONTINUED_AS_NEW',
+    );
     assert.ok(Date.now() - startedAt < 60_000, 'three days of timers took under a minute of real time');
 
     const history = await env.client.workflow.getHandle(handle.workflowId, firstRunId).fetchHistory();
@@ -202,7 +216,11 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     const second = await startRetention();
     assert.equal(second.firstExecutionRunId, first.firstExecutionRunId);
     await assert.rejects(
-      env.client.workflow.start('dataRetentionWorkflow', { workflowId: DATA_RETENTION_WORKFLOW_ID, taskQueue: TASK_QUEUES.core, args: [{}] }),
+      env.client.workflow.start('dataRetentionWorkflow', {
+        workflowId: DATA_RETENTION_WORKFLOW_ID,
+        taskQueue: TASK_QUEUES.core,
+        args: [{}],
+      }),
       WorkflowExecutionAlreadyStartedError,
     );
     await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).terminate('test done');
