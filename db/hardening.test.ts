@@ -97,6 +97,19 @@ describe('database hardening against crafted statements of the application role 
       returning id`.then((rows) => rows[0]!.id as string);
   };
 
+  /** A pending hold on a new transfer of company A, with one hold entry per [account, amount]. */
+  async function openHold(tx: TransactionSql, entries: [string, number][]) {
+    const transfer = await newTransfer(tx, a, walletA, accountA);
+    const hold = newId('hold');
+    await tx`insert into ledger_holds (id, company_id, transfer_id) values (${hold}, ${a}, ${transfer})`;
+    for (const [account, amount] of entries) {
+      await tx`
+        insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
+        values (${a}, 'sandbox', ${transfer}, ${account}, 'USD', ${amount}, 'hold', ${hold})`;
+    }
+    return { transfer, hold };
+  }
+
   it('refuses temporary tables and functions, which shadowed the ledger tables inside its triggers', async () => {
     const insufficientPrivilege = { code: '42501' };
     await refused(
@@ -167,31 +180,24 @@ describe('database hardening against crafted statements of the application role 
 
   it('refuses a second hold entry for the same hold and account', async () => {
     await refused(
-      as(a, async (tx) => {
-        const transfer = await newTransfer(tx, a, walletA, accountA);
-        const hold = newId('hold');
-        await tx`insert into ledger_holds (id, company_id, transfer_id) values (${hold}, ${a}, ${transfer})`;
-        await tx`
-          insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
-          values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
-                 (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
-                 (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 200, 'hold', ${hold})`;
-      }),
+      as(a, (tx) =>
+        openHold(tx, [
+          [walletA, -100],
+          [walletA, -100],
+          [accountA, 200],
+        ]),
+      ),
       { code: '23505', constraint: 'ledger_entries_hold_once' },
     );
   });
 
   it('makes a hold entry wait for a concurrent resolution of its hold, then refuses it', async () => {
-    const { transfer, hold } = await as(a, async (tx) => {
-      const transfer = await newTransfer(tx, a, walletA, accountA);
-      const hold = newId('hold');
-      await tx`insert into ledger_holds (id, company_id, transfer_id) values (${hold}, ${a}, ${transfer})`;
-      await tx`
-        insert into ledger_entries (company_id, environment, transfer_id, account_id, currency, amount, kind, hold_id)
-        values (${a}, 'sandbox', ${transfer}, ${walletA}, 'USD', -100, 'hold', ${hold}),
-               (${a}, 'sandbox', ${transfer}, ${accountA}, 'USD', 100, 'hold', ${hold})`;
-      return { transfer, hold };
-    });
+    const { transfer, hold } = await as(a, (tx) =>
+      openHold(tx, [
+        [walletA, -100],
+        [accountA, 100],
+      ]),
+    );
     const pendingBefore = (await owner`select pending_debits from ledger_accounts where id = ${walletA}`)[0]!
       .pending_debits as bigint;
 
