@@ -18,6 +18,7 @@ const server = await startTemporalDevServer({
   searchAttributes: SEARCH_ATTRIBUTE_FLAGS,
   readyTimeoutMs: 90_000,
   onOutput: (line) => logger.info({ source: 'temporal-cli' }, line),
+  onRestart: (error) => logger.warn({ err: error }, 'Temporal dev server exited while starting; starting it again'),
 });
 
 let stopping = false;
