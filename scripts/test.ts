@@ -29,6 +29,16 @@ async function findTests(dir: string): Promise<string[]> {
   return found.flat().sort();
 }
 
+/** Sends `signal` to the process group led by `pid`; false when the group has no process left. */
+function signalGroup(pid: number | undefined, signal: NodeJS.Signals): boolean {
+  if (pid === undefined) return false;
+  try {
+    process.kill(-pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 function log(message: string) {
   process.stderr.write(`[test] ${message}\n`);
@@ -55,14 +65,27 @@ try {
   await migrate(template);
   await template.end({ timeout: 5 });
   const bundle = await loadWorkflowBundle(join(workDir, 'cache'));
-  log(`PostgreSQL, migrations and workflow bundle ready in ${((Date.now() - startedAt) / 1000).toFixed(1)} s; ${files.length} test files`);
+  log(
+    `PostgreSQL, migrations and workflow bundle ready in ${((Date.now() - startedAt) / 1000).toFixed(1)} s; ${files.length} test files`,
+  );
 
   const child = spawn(
     process.execPath,
-    ['--import', import.meta.resolve('tsx'), '--test', '--test-concurrency=2', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-reporter=spec', ...files],
+    [
+      '--import',
+      import.meta.resolve('tsx'),
+      '--test',
+      '--test-concurrency=2',
+      `--test-timeout=${TEST_TIMEOUT_MS}`,
+      '--test-reporter=spec',
+      ...files,
+    ],
     {
       cwd: root,
       stdio: 'inherit',
+      // Its own process group, so that whatever a test file leaves behind when the runner kills it
+      // at its timeout (a time-skipping server, a dev server) can be stopped with the group.
+      detached: true,
       env: {
         ...process.env,
         NODE_ENV: 'test',
@@ -73,10 +96,17 @@ try {
       },
     },
   );
+  // A terminal's Ctrl-C reaches our group only: hand it on to the runner's.
+  const forward = (signal: NodeJS.Signals) => () => signalGroup(child.pid, signal);
+  process.on('SIGINT', forward('SIGINT'));
+  process.on('SIGTERM', forward('SIGTERM'));
   exitCode = await new Promise<number>((resolve) => child.once('exit', (code) => resolve(code ?? 1)));
+  if (signalGroup(child.pid, 'SIGKILL')) log('stopped processes the test files left behind');
 } finally {
   await database.stop();
   await rm(workDir, { recursive: true, force: true });
 }
-log(`${files.map((file) => relative(root, file)).length} files in ${((Date.now() - startedAt) / 1000).toFixed(1)} s, exit ${exitCode}`);
+log(
+  `${files.map((file) => relative(root, file)).length} files in ${((Date.now() - startedAt) / 1000).toFixed(1)} s, exit ${exitCode}`,
+);
 process.exit(exitCode);
