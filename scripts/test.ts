@@ -40,6 +40,17 @@ function signalGroup(pid: number | undefined, signal: NodeJS.Signals): boolean {
   }
 }
 
+/** `pid command` of every process still in the group led by `pid`. */
+function groupMembers(pid: number | undefined): string[] {
+  if (pid === undefined) return [];
+  const listed = spawnSync('ps', ['-eo', 'pgid=,pid=,args='], { encoding: 'utf8' });
+  return (listed.stdout ?? '')
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([group]) => group === String(pid))
+    .map(([, member, ...args]) => `${member} ${args.join(' ').slice(0, 160)}`);
+}
+
 function log(message: string) {
   process.stderr.write(`[test] ${message}\n`);
 }
@@ -101,7 +112,10 @@ try {
   process.on('SIGINT', forward('SIGINT'));
   process.on('SIGTERM', forward('SIGTERM'));
   exitCode = await new Promise<number>((resolve) => child.once('exit', (code) => resolve(code ?? 1)));
-  if (signalGroup(child.pid, 'SIGKILL')) log('stopped processes the test files left behind');
+  const leftovers = groupMembers(child.pid);
+  if (leftovers.length > 0 && signalGroup(child.pid, 'SIGKILL')) {
+    log(`stopped what the test files left behind:\n  ${leftovers.join('\n  ')}`);
+  }
 } finally {
   await database.stop();
   await rm(workDir, { recursive: true, force: true });
