@@ -141,6 +141,21 @@ function repeatedQueryIssues(query: Record<string, unknown>, issues: ValidationI
   }
 }
 
+/**
+ * Query parameters a route does not take (`?limt=5`, `?status=setled` on a route without a status
+ * filter): silently ignoring one would answer a different question than the caller asked, so an
+ * authenticated route refuses it, naming what the route does take. Public routes (health probes,
+ * docs, the JWKS) keep ignoring them, for probes and cache busters.
+ */
+function unknownQueryIssues(route: RouteDefinition, query: Record<string, unknown>, issues: ValidationIssue[]): void {
+  if (route.auth.kind === 'public') return;
+  const known = route.query instanceof z.ZodObject ? Object.keys(route.query.shape) : [];
+  const takes = known.length === 0 ? 'this route takes no query parameters' : `this route takes ${known.join(', ')}`;
+  for (const name of Object.keys(query)) {
+    if (!known.includes(name)) issues.push({ path: `query.${name}`, message: `unknown query parameter; ${takes}` });
+  }
+}
+
 export interface RouteLayer {
   authenticate: Authenticator;
   idempotency?: IdempotencyRunner;
@@ -162,6 +177,7 @@ export function mountRoutes(router: Router, routes: readonly RouteDefinition[], 
         nulIssues(ctx.params ?? {}, 'params', issues);
         nulIssues(ctx.query, 'query', issues);
         repeatedQueryIssues(ctx.query, issues);
+        unknownQueryIssues(route, ctx.query, issues);
         nulIssues(rawBody, 'body', issues);
         if (issues.length > 0) throw problems.validation(issues);
         const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);

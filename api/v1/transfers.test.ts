@@ -453,4 +453,32 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       assert.equal(refused.body.code, 'VALIDATION_FAILED', path);
     }
   });
+
+  it('refuses a query parameter the route does not take, naming what it takes; public routes ignore them', async () => {
+    const misspelt = await v1('GET', '/v1/transfers?limt=5&status=settled');
+    assert.equal(misspelt.status, 400);
+    assert.equal(misspelt.body.code, 'VALIDATION_FAILED');
+    assert.deepEqual(misspelt.body.errors, [
+      {
+        path: 'query.limt',
+        message: 'unknown query parameter; this route takes limit, cursor, status, rail, created[gte], created[lt]',
+      },
+    ]);
+    const none = await v1('GET', `/v1/accounts/${tenant.sandbox.usdWalletId}?expand=entries`);
+    assert.equal(none.status, 400);
+    assert.deepEqual(none.body.errors, [
+      { path: 'query.expand', message: 'unknown query parameter; this route takes no query parameters' },
+    ]);
+    const write = await v1('POST', '/v1/transfers?dry_run=true', {
+      idempotencyKey: key(),
+      body: {
+        amount: 1,
+        currency: 'USD',
+        source: tenant.sandbox.usdWalletId,
+        destination: tenant.sandbox.usdAccountId,
+      },
+    });
+    assert.equal(write.status, 400, 'a write with a parameter it does not take moves nothing');
+    assert.equal((await call(testApp, 'GET', '/healthz?probe=1')).status, 200);
+  });
 });
