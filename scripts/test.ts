@@ -40,15 +40,15 @@ function signalGroup(pid: number | undefined, signal: NodeJS.Signals): boolean {
   }
 }
 
-/** `pid command` of every process still in the group led by `pid`. */
+/** `pid command` of every live process still in the group led by `pid`. */
 function groupMembers(pid: number | undefined): string[] {
   if (pid === undefined) return [];
-  const listed = spawnSync('ps', ['-eo', 'pgid=,pid=,args='], { encoding: 'utf8' });
+  const listed = spawnSync('ps', ['-eo', 'pgid=,pid=,stat=,args='], { encoding: 'utf8' });
   return (listed.stdout ?? '')
     .split('\n')
     .map((line) => line.trim().split(/\s+/))
-    .filter(([group]) => group === String(pid))
-    .map(([, member, ...args]) => `${member} ${args.join(' ').slice(0, 160)}`);
+    .filter(([group, , stat]) => group === String(pid) && !stat?.startsWith('Z')) // zombies are gone already
+    .map(([, member, , ...args]) => `${member} ${args.join(' ').slice(0, 160)}`);
 }
 
 function log(message: string) {
