@@ -13,13 +13,13 @@ import { closeServer, listen } from './server.ts';
 
 const config = loadConfig();
 const logger = createLogger({ level: config.LOG_LEVEL, name: 'api' });
-if (!config.DATABASE_URL) {
-  logger.fatal('DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets it)');
+if (!config.DATABASE_APP_URL && !config.DATABASE_URL) {
+  logger.fatal('DATABASE_APP_URL or DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets both)');
   process.exit(1);
 }
 const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
 // The API's pool runs as payments_app: row-level security applies to every query it makes.
-const sql = createSql(appDatabaseOptions({ ...config, DATABASE_URL: config.DATABASE_URL }, 'payments-api'));
+const sql = createSql(appDatabaseOptions(config, 'payments-api'));
 const temporal = await connectTemporalClient({
   address: temporalAddress,
   namespace: config.TEMPORAL_NAMESPACE,

@@ -81,18 +81,20 @@ export function databaseOptionsFromConfig(
  */
 export function appDatabaseOptions(
   config: Parameters<typeof databaseOptionsFromConfig>[0] & {
-    DATABASE_URL: string;
+    DATABASE_URL?: string | undefined;
     DATABASE_APP_URL?: string | undefined;
   },
   applicationName: string,
 ): DatabaseOptions {
-  return config.DATABASE_APP_URL
-    ? databaseOptionsFromConfig(config, config.DATABASE_APP_URL, applicationName)
-    : databaseOptionsFromConfig(config, config.DATABASE_URL, applicationName, APP_ROLE);
+  if (config.DATABASE_APP_URL) return databaseOptionsFromConfig(config, config.DATABASE_APP_URL, applicationName);
+  if (config.DATABASE_URL) return databaseOptionsFromConfig(config, config.DATABASE_URL, applicationName, APP_ROLE);
+  throw new Error(
+    'DATABASE_APP_URL or DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets both)',
+  );
 }
 
 /**
- * Lets payments_app log in with `password` (hex; run as the owner; idempotent), and returns
+ * Lets payments_app log in with `password` (run as the owner; idempotent), and returns
  * `ownerUrl` with that login: what the API and the worker connect with when the service runs the database.
  */
 export async function enableAppLogin(sql: Sql, ownerUrl: string, password: string): Promise<string> {
@@ -101,7 +103,7 @@ export async function enableAppLogin(sql: Sql, ownerUrl: string, password: strin
   await sql.unsafe(statement!.statement);
   const url = new URL(ownerUrl);
   url.username = APP_ROLE;
-  url.password = password; // hex: nothing to escape
+  url.password = encodeURIComponent(password);
   return url.toString();
 }
 

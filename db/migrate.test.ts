@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { readdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
+import postgres from 'postgres';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { migrate, MIGRATIONS_DIR } from './migrate.ts';
 
@@ -16,7 +20,9 @@ describe('migrations', () => {
     assert.ok(files.length > 0);
     await Promise.all([migrate(database.sql), migrate(database.sql), migrate(database.sql)]);
     await migrate(database.sql); // a later start finds nothing to do
-    const rows = await database.sql<{ migration_id: number }[]>`select migration_id from migrations order by migration_id`;
+    const rows = await database.sql<
+      { migration_id: number }[]
+    >`select migration_id from migrations order by migration_id`;
     assert.deepEqual(
       rows.map((row) => row.migration_id),
       files.map((_, index) => index + 1),
@@ -34,5 +40,32 @@ describe('migrations', () => {
       /outbox_dispatched_after_created/,
     );
     await assert.rejects(database.sql`update outbox set attempts = -1 where workflow_id = 'wf-1'`, /attempts_check/);
+  });
+
+  it('let payments_app log in with DATABASE_APP_PASSWORD (npm run db:migrate), a login that cannot become the owner', async () => {
+    const password = 'compose: p@ss/word%with?odd#chars';
+    const run = spawnSync(
+      process.execPath,
+      ['--import', import.meta.resolve('tsx'), join(dirname(fileURLToPath(import.meta.url)), 'migrate-cli.ts')],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, DATABASE_URL: database.url, DATABASE_APP_PASSWORD: password, LOG_LEVEL: 'info' },
+        timeout: 60_000,
+      },
+    );
+    assert.equal(run.status, 0, run.stderr + run.stdout);
+    assert.match(run.stdout, /payments_app may log in with DATABASE_APP_PASSWORD/);
+    const url = new URL(database.url);
+    url.username = 'payments_app';
+    url.password = encodeURIComponent(password);
+    const app = postgres(url.toString(), { max: 1, onnotice: () => undefined });
+    try {
+      const [row] = await app<{ user: string }[]>`select current_user as user`;
+      assert.equal(row?.user, 'payments_app');
+      await assert.rejects(app`set role postgres`, { code: '42501' });
+      await assert.rejects(app`alter role payments_app with superuser`, { code: '42501' });
+    } finally {
+      await app.end({ timeout: 5 });
+    }
   });
 });

@@ -28,6 +28,12 @@ const ZConfigFields = z.object({
    * embedded PostgreSQL.
    */
   DATABASE_APP_URL: z.url().optional(),
+  /**
+   * `npm run db:migrate` only: after migrating, lets payments_app log in with this password (what a
+   * deployment's DATABASE_APP_URL then carries), so the API and the worker never hold the owner's
+   * credentials. docker-compose.yml sets it from PAYMENTS_APP_PASSWORD.
+   */
+  DATABASE_APP_PASSWORD: z.string().min(16, 'at least 16 characters').max(200).optional(),
   DATABASE_POOL_MAX: ZPositiveInt.max(200).default(10),
   DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
   DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),

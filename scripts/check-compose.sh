@@ -126,7 +126,7 @@ run_config() { # run_config VAR=value... -- compose-args...
 errors=$(mktemp)
 trap 'rm -f "$errors"' EXIT
 status=0
-run_config POSTGRES_USER=check POSTGRES_PASSWORD=check -- config -q 2>"$errors" || status=$?
+run_config POSTGRES_USER=check POSTGRES_PASSWORD=check PAYMENTS_APP_PASSWORD=check-check-check -- config -q 2>"$errors" || status=$?
 if [[ -s $errors ]]; then cat "$errors" >&2; fi
 if ((status != 0)); then
   log "FAIL: compose config exited $status"
@@ -137,11 +137,28 @@ if [[ -s $errors ]]; then
   exit 1
 fi
 
-# The secrets must be required, never defaulted: without them `config` has to fail.
-if run_config POSTGRES_USER=check -- config -q >/dev/null 2>"$errors"; then
-  log "FAIL: the file is accepted without POSTGRES_PASSWORD; it must be required (\${POSTGRES_PASSWORD:?...})"
-  exit 1
-fi
-grep -q 'set POSTGRES_PASSWORD' "$errors" || { cat "$errors" >&2; log "FAIL: unexpected error without POSTGRES_PASSWORD"; exit 1; }
+# The secrets must be required, never defaulted: without either one `config` has to fail.
+for secret in POSTGRES_PASSWORD PAYMENTS_APP_PASSWORD; do
+  given=(POSTGRES_USER=check)
+  [[ $secret == POSTGRES_PASSWORD ]] || given+=(POSTGRES_PASSWORD=check)
+  [[ $secret == PAYMENTS_APP_PASSWORD ]] || given+=(PAYMENTS_APP_PASSWORD=check-check-check)
+  if run_config "${given[@]}" -- config -q >/dev/null 2>"$errors"; then
+    log "FAIL: the file is accepted without $secret; it must be required (\${$secret:?...})"
+    exit 1
+  fi
+  grep -q "set $secret" "$errors" || { cat "$errors" >&2; log "FAIL: unexpected error without $secret"; exit 1; }
+done
 
-log "OK: $(run_config POSTGRES_USER=check POSTGRES_PASSWORD=check -- config --services | tr '\n' ' ')"
+# Only the migrations hold the owner's login: the API and the worker connect as payments_app.
+resolved=$(run_config POSTGRES_USER=check POSTGRES_PASSWORD=owner-secret PAYMENTS_APP_PASSWORD=check-check-check -- \
+  config --format json)
+for service in api worker; do
+  if printf '%s' "$resolved" | node -e "
+    const config = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+    process.exit(JSON.stringify(config.services['$service']).includes('owner-secret') ? 0 : 1);"; then
+    log "FAIL: the $service service is given the owner's password"
+    exit 1
+  fi
+done
+
+log "OK: $(run_config POSTGRES_USER=check POSTGRES_PASSWORD=check PAYMENTS_APP_PASSWORD=check-check-check -- config --services | tr '\n' ' ')"

@@ -14,8 +14,8 @@ import { createWebhookSender } from '../activities/webhooks/http.ts';
 
 const config = loadConfig();
 const logger = createLogger({ level: config.LOG_LEVEL, name: 'worker' });
-if (!config.DATABASE_URL) {
-  logger.fatal('DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets it)');
+if (!config.DATABASE_APP_URL && !config.DATABASE_URL) {
+  logger.fatal('DATABASE_APP_URL or DATABASE_URL is required (`npm start` runs an embedded PostgreSQL and sets both)');
   process.exit(1);
 }
 const temporalAddress = config.TEMPORAL_ADDRESS ?? `127.0.0.1:${config.TEMPORAL_PORT}`;
@@ -25,7 +25,7 @@ Runtime.install({
   logger: new DefaultLogger(config.LOG_LEVEL === 'debug' || config.LOG_LEVEL === 'trace' ? 'DEBUG' : 'WARN'),
   shutdownSignals: [],
 });
-const sql = createSql(appDatabaseOptions({ ...config, DATABASE_URL: config.DATABASE_URL }, 'payments-worker'));
+const sql = createSql(appDatabaseOptions(config, 'payments-worker'));
 const connection = await NativeConnection.connect({ address: temporalAddress });
 const temporal = await connectTemporalClient({
   address: temporalAddress,
