@@ -11,6 +11,7 @@ WORKDIR /app
 # lockfile rather than `npm ci`: see .ci/run for why the lockfile lacks some optional packages.
 COPY package.json package-lock.json ./
 COPY scripts/install-temporal.mjs ./scripts/install-temporal.mjs
+COPY patches ./patches
 RUN SKIP_TEMPORAL_BINARIES=1 npm install --omit=dev --no-audit --no-fund \
  && npm cache clean --force
 

@@ -23,7 +23,9 @@ export const APP_ROLE = 'payments_app';
  * Queries postgres.js may send ahead on a busy connection; above that, queries wait in one FIFO
  * queue for the next free connection. postgres.js's own default (100) queues queries behind
  * whichever connection is busy, so one slow commit holds up a whole pipeline (at concurrency 32 it
- * doubled the benchmark's p99).
+ * doubled the benchmark's p99). At 1, every transaction whose BEGIN is pipelined behind a busy
+ * connection needs patches/postgres+3.4.9.patch (postgres.js reserved the connection only while its
+ * pipeline had room: an open transaction left on the pool; db/client.test.ts).
  */
 const DEFAULT_MAX_PIPELINE = 1;
 
