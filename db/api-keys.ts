@@ -65,6 +65,26 @@ export async function insertApiKey(
   return toApiKey(row!);
 }
 
+/** Serialises key creation per company and environment, so a count checked inside stays true. */
+export async function lockApiKeysOf(
+  tx: TransactionSql,
+  companyId: string,
+  environment: ApiKeyEnvironment,
+): Promise<void> {
+  await tx`select pg_advisory_xact_lock(hashtextextended(${`api_keys:${companyId}:${environment}`}, 0))`;
+}
+
+export async function countActiveApiKeys(
+  tx: TransactionSql,
+  companyId: string,
+  environment: ApiKeyEnvironment,
+): Promise<number> {
+  const [row] = await tx<{ count: number }[]>`
+    select count(*)::int as count from api_keys
+    where company_id = ${companyId} and environment = ${environment} and revoked_at is null`;
+  return row!.count;
+}
+
 export async function findApiKey(tx: TransactionSql, companyId: string, id: string): Promise<ApiKey | undefined> {
   const [row] = await tx<ApiKeyRow[]>`
     select ${tx.unsafe(COLUMNS)} from api_keys where company_id = ${companyId} and id = ${id}`;

@@ -1,8 +1,10 @@
 import type { Sql, TransactionSql } from '../db/client.ts';
 import { appendAuditEvent } from '../db/audit.ts';
 import {
+  countActiveApiKeys,
   findApiKeyByLookup,
   insertApiKey,
+  lockApiKeysOf,
   revokeApiKey as revokeApiKeyRow,
   findApiKey,
   type ApiKey,
@@ -19,6 +21,9 @@ export interface CreatedApiKey {
   /** Shown once, in the creation response; only its hash is stored. */
   secret: string;
 }
+
+/** Active (unrevoked) keys a company may hold per environment; revoke one to create another. */
+export const API_KEYS_MAX_PER_ENVIRONMENT = 20;
 
 /** Sandbox keys at once; live keys only for a verified company. */
 export interface NewApiKeyInput {
@@ -45,6 +50,14 @@ export async function createApiKeyInTx(
       'forbidden',
       'VERIFICATION_REQUIRED',
       'Live API keys are issued once the company has completed verification; use a sandbox key until then.',
+    );
+  }
+  await lockApiKeysOf(tx, input.companyId, input.environment);
+  if ((await countActiveApiKeys(tx, input.companyId, input.environment)) >= API_KEYS_MAX_PER_ENVIRONMENT) {
+    throw new DomainError(
+      'unprocessable',
+      'API_KEY_LIMIT',
+      `At most ${API_KEYS_MAX_PER_ENVIRONMENT} active ${input.environment} API keys per company; revoke one first.`,
     );
   }
   const apiKey = await insertApiKey(tx, {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { verifyAuditChain } from '../../db/audit.ts';
-import { authenticateApiKey } from '../../services/api-keys.ts';
+import { API_KEYS_MAX_PER_ENVIRONMENT, authenticateApiKey } from '../../services/api-keys.ts';
 import { SYSTEM_ACTOR } from '../../services/audit-context.ts';
 import { verifyCompany } from '../../services/companies.ts';
 import { DomainError } from '../../workflows/shared/errors.ts';
@@ -167,6 +167,28 @@ describe('payment API keys', () => {
       (await call(testApp, 'GET', '/admin/payments/api-keys?cursor=%%%', { token: other.token })).status,
       400,
     );
+  });
+
+  it('caps the active keys of a company per environment; revoking one makes room', async () => {
+    const capped = await provisionTestTenant(testApp); // holds its default sandbox key
+    const create = (index: number) =>
+      call(testApp, 'POST', '/admin/payments/api-keys', {
+        token: capped.token,
+        body: { name: `cap ${index}`, environment: 'sandbox' },
+      });
+    let last: { status: number; body: { _id: string } } | undefined;
+    for (let index = 1; index < API_KEYS_MAX_PER_ENVIRONMENT; index++) {
+      last = await create(index);
+      assert.equal(last.status, 201);
+    }
+    const refused = await create(API_KEYS_MAX_PER_ENVIRONMENT);
+    assert.equal(refused.status, 422);
+    assert.equal(refused.body.code, 'API_KEY_LIMIT');
+    const revoked = await call(testApp, 'DELETE', `/admin/payments/api-keys/${last!.body._id}`, {
+      token: capped.token,
+    });
+    assert.equal(revoked.status, 200);
+    assert.equal((await create(API_KEYS_MAX_PER_ENVIRONMENT + 1)).status, 201);
   });
 
   it('records every key change in the company audit chain', async () => {
