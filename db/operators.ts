@@ -122,20 +122,34 @@ export async function findLoginCandidate(sql: Sql, email: string): Promise<Login
   };
 }
 
-/** Counts a failed sign-in and applies the lock the caller computed; returns the new count. */
-export async function recordFailedLogin(
-  tx: TransactionSql,
-  operatorId: string,
-  lockedUntil: (failures: number) => Date | null,
-): Promise<number> {
-  const [row] = await tx<{ failed_logins: number }[]>`
-    update operators set failed_logins = failed_logins + 1 where id = ${operatorId} returning failed_logins`;
-  const failures = row?.failed_logins ?? 0;
-  const until = lockedUntil(failures);
-  if (until) await tx`update operators set locked_until = ${until} where id = ${operatorId}`;
-  return failures;
-}
-
 export async function recordSuccessfulLogin(tx: TransactionSql, operatorId: string, at: Date): Promise<void> {
   await tx`update operators set failed_logins = 0, locked_until = null, last_login_at = ${at} where id = ${operatorId}`;
+}
+
+export interface LoginAttemptClaim {
+  /** False while sign-in for this email is throttled or locked: the attempt was not counted. */
+  claimed: boolean;
+  /** Consecutive failures, this attempt included when claimed (a success resets them). */
+  failures: number;
+  lockedUntil: Date | null;
+}
+
+/**
+ * Counts a sign-in attempt for `email` (registered or not) as a failure before its password is
+ * checked, atomically with the throttle check (migration 00013), so concurrent attempts cannot all
+ * pass one check. `resetLoginAttempts` undoes it when the password was right.
+ */
+export async function claimLoginAttempt(
+  sql: Sql,
+  email: string,
+  policy: { throttleAfterFailures: number; throttleBaseMs: number; lockAfterFailures: number; lockMs: number },
+): Promise<LoginAttemptClaim> {
+  const [row] = await sql<{ claimed: boolean; failures: number; locked_until: Date | null }[]>`
+    select * from auth_claim_login_attempt(${email}, ${policy.throttleAfterFailures}::integer,
+      ${policy.throttleBaseMs}::integer, ${policy.lockAfterFailures}::integer, ${policy.lockMs}::integer)`;
+  return { claimed: row!.claimed, failures: row!.failures, lockedUntil: row!.locked_until };
+}
+
+export async function resetLoginAttempts(tx: TransactionSql, email: string): Promise<void> {
+  await tx`select auth_reset_login_attempts(${email})`;
 }

@@ -50,4 +50,23 @@ export const RETENTION_POLICIES: readonly RetentionPolicy[] = [
       return rows.length;
     },
   },
+  {
+    // Sign-in counters per email (migration 00013): a day after an email's last attempt, and once any
+    // lock has run out, its count goes (a success already deletes it). Without this, sign-ins on
+    // made-up emails would grow the table for good.
+    name: 'login_attempts.stale',
+    keepForMs: DAY_MS,
+    async purge(tx, { olderThan, limit }) {
+      const rows = await tx`
+        delete from login_attempts
+        where email_hash in (
+          select email_hash from login_attempts
+          where updated_at < ${olderThan} and (locked_until is null or locked_until < ${olderThan})
+          order by updated_at
+          limit ${limit}
+        )
+        returning email_hash`;
+      return rows.length;
+    },
+  },
 ];

@@ -1,6 +1,12 @@
 import type { Sql } from '../db/client.ts';
 import { appendAuditEvent } from '../db/audit.ts';
-import { findLoginCandidate, recordFailedLogin, recordSuccessfulLogin, type OperatorRole } from '../db/operators.ts';
+import {
+  claimLoginAttempt,
+  findLoginCandidate,
+  recordSuccessfulLogin,
+  resetLoginAttempts,
+  type OperatorRole,
+} from '../db/operators.ts';
 import { findSessionPrincipal, insertSession, revokeSession } from '../db/sessions.ts';
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
@@ -25,15 +31,6 @@ export const DEFAULT_LOGIN_POLICY: LoginPolicy = {
   lockAfterFailures: 10,
   lockMs: 60 * 60 * 1000,
 };
-
-/** When sign-in is blocked after `failures` consecutive failures at `now` (null: not blocked). */
-export function lockoutUntil(policy: LoginPolicy, failures: number, now: Date): Date | null {
-  if (failures >= policy.lockAfterFailures) return new Date(now.getTime() + policy.lockMs);
-  if (failures >= policy.throttleAfterFailures) {
-    return new Date(now.getTime() + policy.throttleBaseMs * 2 ** (failures - policy.throttleAfterFailures));
-  }
-  return null;
-}
 
 const invalidCredentials = () =>
   new DomainError('unauthenticated', 'INVALID_CREDENTIALS', 'The email or password is not correct.');
@@ -68,17 +65,23 @@ export async function login(
     requestId: context.requestId,
   });
 
-  if (candidate?.lockedUntil && candidate.lockedUntil > now) {
-    const retryAfterSeconds = Math.ceil((candidate.lockedUntil.getTime() - now.getTime()) / 1000);
-    const locked = candidate.failedLogins >= policy.lockAfterFailures;
-    await withTenant(sql, candidate.companyId, (tx) =>
-      appendAuditEvent(
-        tx,
-        audit(candidate.companyId, candidate.operatorId, 'auth.login_failed', {
-          reason: locked ? 'locked' : 'throttled',
-        }),
-      ),
-    );
+  // Counted before the password is checked, for a registered email or not (migration 00013): a
+  // burst of concurrent guesses cannot all pass one check, and an unknown email is throttled and
+  // locked exactly like a registered one.
+  const attempt = await claimLoginAttempt(sql, input.email, policy);
+  if (!attempt.claimed) {
+    const retryAfterSeconds = Math.max(1, Math.ceil(((attempt.lockedUntil?.getTime() ?? 0) - Date.now()) / 1000));
+    const locked = attempt.failures >= policy.lockAfterFailures;
+    if (candidate) {
+      await withTenant(sql, candidate.companyId, (tx) =>
+        appendAuditEvent(
+          tx,
+          audit(candidate.companyId, candidate.operatorId, 'auth.login_failed', {
+            reason: locked ? 'locked' : 'throttled',
+          }),
+        ),
+      );
+    }
     throw locked
       ? new DomainError('locked', 'ACCOUNT_LOCKED', 'Too many failed sign-ins: this account is locked for now.', {
           retryAfterSeconds,
@@ -92,8 +95,8 @@ export async function login(
   const passwordOk = await verifyPassword(candidate?.passwordHash, input.password);
   if (!candidate) throw invalidCredentials();
   if (!passwordOk) {
+    const failures = attempt.failures;
     await withTenant(sql, candidate.companyId, async (tx) => {
-      const failures = await recordFailedLogin(tx, candidate.operatorId, (count) => lockoutUntil(policy, count, now));
       await appendAuditEvent(
         tx,
         audit(candidate.companyId, candidate.operatorId, 'auth.login_failed', { reason: 'bad_password', failures }),
@@ -120,6 +123,7 @@ export async function login(
   const { token, tokenHash } = generateSessionToken();
   const expiresAt = new Date(now.getTime() + policy.sessionTtlMs);
   await withTenant(sql, candidate.companyId, async (tx) => {
+    await resetLoginAttempts(tx, input.email);
     await recordSuccessfulLogin(tx, candidate.operatorId, now);
     await insertSession(tx, {
       id: newId('ses'),

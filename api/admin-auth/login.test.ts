@@ -3,7 +3,14 @@ import { after, before, describe, it } from 'node:test';
 import { verifyAuditChain } from '../../db/audit.ts';
 import { SYSTEM_ACTOR } from '../../services/audit-context.ts';
 import { createOperator } from '../../services/operators.ts';
-import { call, provisionTestTenant, signIn, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
+import {
+  call,
+  provisionTestTenant,
+  signIn,
+  startTestApp,
+  type TestApp,
+  type TestTenant,
+} from '../../test-support/app.ts';
 
 const POLICY = { throttleAfterFailures: 3, throttleBaseMs: 300, lockAfterFailures: 5, lockMs: 60 * 60 * 1000 };
 
@@ -53,7 +60,10 @@ describe('console sign-in', () => {
   it('rejects malformed input with 400 and missing or garbage tokens with 401', async () => {
     const bad = await call(testApp, 'POST', '/admin/auth/login', { body: { email: 'not-an-email', password: '' } });
     assert.equal(bad.status, 400);
-    assert.deepEqual(bad.body.errors.map((error: { path: string }) => error.path).sort(), ['body.email', 'body.password']);
+    assert.deepEqual(bad.body.errors.map((error: { path: string }) => error.path).sort(), [
+      'body.email',
+      'body.password',
+    ]);
     assert.equal((await call(testApp, 'GET', '/admin/auth/me')).status, 401);
     assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: 'sess_forged' })).status, 401);
     assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: tenant.sandboxApiKey })).status, 401);
@@ -104,7 +114,12 @@ describe('console sign-in', () => {
   it('refuses a blocked operator or company, and their existing sessions stop working', async () => {
     const operator = await createOperator(
       testApp.ownerSql,
-      { companyId: tenant.company.id, email: 'soon-blocked@tenant.example', password: 'blocked-password-123', role: 'admin' },
+      {
+        companyId: tenant.company.id,
+        email: 'soon-blocked@tenant.example',
+        password: 'blocked-password-123',
+        role: 'admin',
+      },
       SYSTEM_ACTOR,
     );
     const token = await signIn(testApp, operator.email, 'blocked-password-123');
@@ -120,5 +135,54 @@ describe('console sign-in', () => {
     assert.equal(companyRefused.status, 403);
     assert.equal(companyRefused.body.code, 'COMPANY_BLOCKED');
     assert.equal((await call(testApp, 'GET', '/admin/auth/me', { token: other.token })).status, 403);
+  });
+});
+
+// The throttle's first delay is long here, so that however slowly a loaded machine serves the burst,
+// every guess after the third meets it.
+const BURST_POLICY = { ...POLICY, throttleBaseMs: 10 * 60 * 1000 };
+
+describe('console sign-in under a burst of concurrent guesses', () => {
+  let burstApp: TestApp;
+  let burstTenant: TestTenant;
+  before(async () => {
+    burstApp = await startTestApp({ loginPolicy: BURST_POLICY });
+    burstTenant = await provisionTestTenant(burstApp);
+  });
+  after(async () => burstApp.close());
+
+  it('counts each guess before checking it: a concurrent burst gets no more verified guesses than the throttle allows', async () => {
+    const target = await createOperator(
+      burstApp.ownerSql,
+      {
+        companyId: burstTenant.company.id,
+        email: 'burst@tenant.example',
+        password: 'burst-password-123',
+        role: 'viewer',
+      },
+      SYSTEM_ACTOR,
+    );
+    const burst = async (email: string, passwords: string[]) => {
+      const statuses = await Promise.all(
+        passwords.map(
+          async (password) => (await call(burstApp, 'POST', '/admin/auth/login', { body: { email, password } })).status,
+        ),
+      );
+      const counted: Record<number, number> = {};
+      for (const status of statuses) counted[status] = (counted[status] ?? 0) + 1;
+      return counted;
+    };
+    const wrong = Array.from({ length: 20 }, (_, index) => `wrong-password-${index}`);
+    const registered = await burst(target.email, [...wrong, 'burst-password-123']);
+    // Before, all 21 were verified and the right one signed in, whatever its place in the burst.
+    assert.ok(
+      (registered[401] ?? 0) + (registered[200] ?? 0) <= BURST_POLICY.throttleAfterFailures,
+      JSON.stringify(registered),
+    );
+    assert.ok((registered[429] ?? 0) >= 21 - BURST_POLICY.throttleAfterFailures, JSON.stringify(registered));
+    // An unknown email is throttled the same way, so 429s do not tell registered emails apart.
+    const unknown = await burst('nobody-burst@nowhere.example', wrong);
+    assert.equal(unknown[401], BURST_POLICY.throttleAfterFailures, JSON.stringify(unknown));
+    assert.equal(unknown[429], 20 - BURST_POLICY.throttleAfterFailures, JSON.stringify(unknown));
   });
 });
