@@ -152,7 +152,7 @@ describe('database hardening against crafted statements of the application role 
     assert.equal(after!.posted, before!.posted + 100n);
   });
 
-  it('refuses any change of a company by the application role (migration 00011)', async () => {
+  it('refuses any change of a company by the application role (migrations 00011, 00014)', async () => {
     await refused(
       as(a, (tx) => tx`update companies set verification_status = 'verified', verified_at = now() where id = ${a}`),
       { code: '42501' },
@@ -163,6 +163,17 @@ describe('database hardening against crafted statements of the application role 
     );
     await refused(
       as(a, (tx) => tx`delete from companies where id = ${a}`),
+      { code: '42501' },
+    );
+    // Nor a new company, already verified, to hold a live key (migration 00014).
+    const fresh = newId('co');
+    await refused(
+      as(
+        fresh,
+        (tx) => tx`
+        insert into companies (id, name, verification_status, verified_at)
+        values (${fresh}, 'Self-verified', 'verified', now())`,
+      ),
       { code: '42501' },
     );
   });
