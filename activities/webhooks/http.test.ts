@@ -24,13 +24,20 @@ interface TestServer {
 const servers: TestServer[] = [];
 
 /** A server on 127.0.0.1 that records every request it receives, then lets `handle` answer. */
-async function startServer(handle: (request: http.IncomingMessage, response: http.ServerResponse) => void): Promise<TestServer> {
+async function startServer(
+  handle: (request: http.IncomingMessage, response: http.ServerResponse) => void,
+): Promise<TestServer> {
   const received: Received[] = [];
   const server = http.createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      received.push({ method: request.method, url: request.url, headers: request.headers, body: Buffer.concat(chunks).toString('utf8') });
+      received.push({
+        method: request.method,
+        url: request.url,
+        headers: request.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      });
       handle(request, response);
     });
   });
@@ -104,7 +111,13 @@ describe('webhook sender: answers', () => {
         headers: { 'Webhook-Id': 'msg_1', 'webhook-timestamp': '1700000000', 'webhook-signature': 'v1,abc=' },
       }),
     );
-    assert.deepEqual(result, { ok: true, statusCode: 200, latencyMs: result.latencyMs, error: null, responseBody: 'thanks' });
+    assert.deepEqual(result, {
+      ok: true,
+      statusCode: 200,
+      latencyMs: result.latencyMs,
+      error: null,
+      responseBody: 'thanks',
+    });
     const [received] = server.received;
     assert.equal(received?.method, 'POST');
     assert.equal(received?.url, '/hooks?tenant=1');
@@ -185,6 +198,31 @@ describe('webhook sender: answers', () => {
     const server = await startServer((_request, response) => response.end('é'.repeat(512)));
     const result = await local.send(post(server.url));
     assert.equal(result.responseBody, 'é'.repeat(512));
+  });
+
+  it('keeps only text PostgreSQL can store: no NUL, and at most the limit once invalid bytes are decoded', async () => {
+    // Either used to fail the attempt's closing statement after a 2xx, so the activity sent again
+    // (96 requests for one event) and the endpoint was disabled.
+    const nul = await startServer((_request, response) => response.end(Buffer.from('ok\u0000done')));
+    const withNul = await local.send(post(nul.url));
+    assert.equal(withNul.ok, true);
+    assert.equal(withNul.responseBody, 'ok\uFFFDdone');
+    const latin1 = await startServer((_request, response) => response.end(Buffer.alloc(400, 0xe9)));
+    const invalid = await local.send(post(latin1.url));
+    assert.equal(invalid.ok, true);
+    assert.ok(
+      Buffer.byteLength(invalid.responseBody, 'utf8') <= 1024,
+      `${Buffer.byteLength(invalid.responseBody)} bytes`,
+    );
+    assert.match(invalid.responseBody, /^\uFFFD+$/);
+  });
+
+  it('reports a status outside 100–599 as a failure with no status', async () => {
+    const server = await startServer((_request, response) => response.writeHead(999).end('x'));
+    const result = await local.send(post(server.url));
+    assert.equal(result.ok, false);
+    assert.equal(result.statusCode, null);
+    assert.equal(result.error, 'invalid HTTP status 999');
   });
 
   it('does not follow a redirect, and the redirect target receives nothing', async () => {
@@ -275,7 +313,11 @@ describe('webhook sender: SSRF', () => {
 
   it('blocks localhost and IPv4-mapped spellings of loopback', async () => {
     const server = await startServer((_request, response) => response.end());
-    for (const url of [`http://localhost:${server.port}/`, `http://[::ffff:127.0.0.1]:${server.port}/`, `http://2130706433:${server.port}/`]) {
+    for (const url of [
+      `http://localhost:${server.port}/`,
+      `http://[::ffff:127.0.0.1]:${server.port}/`,
+      `http://2130706433:${server.port}/`,
+    ]) {
       const result = await strict.send(post(url));
       assert.match(result.error ?? '', /^blocked: /, url);
     }

@@ -74,7 +74,12 @@ function truncate(text: string, lengthMax: number): string {
  */
 function resolvedAddressProblem(address: string, allowPrivate: boolean): string | null {
   if (isMetadataAddress(address)) return `${address} is a cloud metadata address`;
-  if (!allowPrivate && isIP(address) !== 0 && ipaddr.parse(address).range() === 'unicast' && isForbiddenAddress(address)) {
+  if (
+    !allowPrivate &&
+    isIP(address) !== 0 &&
+    ipaddr.parse(address).range() === 'unicast' &&
+    isForbiddenAddress(address)
+  ) {
     return `${address} is not a public address`;
   }
   return null;
@@ -118,7 +123,8 @@ function describeError(error: unknown, hostname: string): string {
   if (AGENT_REFUSAL.test(error.message)) return `blocked: ${error.message}`;
   const code = errorCode(error);
   const detail = error as NodeJS.ErrnoException & { address?: string; port?: number };
-  const target = detail.address === undefined ? hostname : `${detail.address}${detail.port === undefined ? '' : `:${detail.port}`}`;
+  const target =
+    detail.address === undefined ? hostname : `${detail.address}${detail.port === undefined ? '' : `:${detail.port}`}`;
   switch (code) {
     case 'ECONNREFUSED':
       return `connection refused (${target})`;
@@ -137,7 +143,10 @@ function describeError(error: unknown, hostname: string): string {
   }
   // OpenSSL errors carry `library` and a short `reason`; certificate errors only a code.
   const openssl = error as Error & { library?: unknown; reason?: unknown };
-  if (typeof openssl.library === 'string' || (code !== undefined && /^(EPROTO|ERR_TLS|ERR_SSL|ERR_OSSL)|CERT|SELF_SIGNED/.test(code))) {
+  if (
+    typeof openssl.library === 'string' ||
+    (code !== undefined && /^(EPROTO|ERR_TLS|ERR_SSL|ERR_OSSL)|CERT|SELF_SIGNED/.test(code))
+  ) {
     // "write EPROTO 80…:error:0A00010B:SSL routines:ssl3_get_record:wrong version number:file:line:"
     const fromMessage = /:error:[0-9A-F]+:[^:]*:[^:]*:([^:]+):/.exec(error.message)?.[1];
     const reason = typeof openssl.reason === 'string' ? openssl.reason : (fromMessage ?? error.message.trim());
@@ -160,17 +169,25 @@ function cutOnUtf8Boundary(bytes: Buffer): Buffer {
   return bytes.length - index < needed ? bytes.subarray(0, index) : bytes;
 }
 
+/**
+ * The kept answer as text PostgreSQL can store in `webhook_attempts.response_body` (at most
+ * `bytesMax` bytes of UTF-8, no NUL), whether or not the answer was cut: a short answer of invalid
+ * bytes grows when decoded (each becomes U+FFFD, 3 bytes), and a NUL byte is valid UTF-8 that a
+ * text column refuses. Either used to fail the attempt's closing statement, so an answered attempt
+ * was retried (sent again) by the activity.
+ */
 function decodeKept(bytes: Buffer, truncated: boolean, bytesMax: number): string {
-  if (!truncated) return bytes.toString('utf8');
-  const text = cutOnUtf8Boundary(bytes).toString('utf8');
-  // Invalid bytes inside decode to U+FFFD (3 bytes each): cut again, on valid UTF-8 this time.
+  const text = (truncated ? cutOnUtf8Boundary(bytes) : bytes).toString('utf8').replaceAll('\u0000', '\uFFFD');
   if (Buffer.byteLength(text, 'utf8') <= bytesMax) return text;
   return cutOnUtf8Boundary(Buffer.from(text, 'utf8').subarray(0, bytesMax)).toString('utf8');
 }
 
 export function createWebhookSender(options: WebhookSenderOptions): WebhookSender {
   const maxResponseBytes = options.maxResponseBytes ?? RESPONSE_BYTES_MAX_DEFAULT;
-  assert.ok(Number.isSafeInteger(maxResponseBytes) && maxResponseBytes >= 0, 'maxResponseBytes must be a non-negative integer');
+  assert.ok(
+    Number.isSafeInteger(maxResponseBytes) && maxResponseBytes >= 0,
+    'maxResponseBytes must be a non-negative integer',
+  );
   const userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
   const allowPrivate = options.allowPrivate;
   // Denied even when private targets are allowed. The agent compares these as exact strings;
@@ -236,6 +253,11 @@ export function createWebhookSender(options: WebhookSenderOptions): WebhookSende
         settled = true;
         clearTimeout(timer);
         const responseBody = decodeKept(Buffer.concat(kept, keptBytes), truncated, maxResponseBytes);
+        // Node accepts any three-digit status; the attempt row (and HTTP) knows 100–599 only.
+        if (statusCode !== null && (statusCode < 100 || statusCode > 599)) {
+          error ??= `invalid HTTP status ${statusCode}`;
+          statusCode = null;
+        }
         if (error === null && statusCode !== null && statusCode >= 300 && statusCode < 400) {
           const target = location === undefined ? 'none' : truncate(location, LOCATION_LENGTH_MAX);
           error = `redirect not followed (Location: ${target})`;
@@ -271,7 +293,9 @@ export function createWebhookSender(options: WebhookSenderOptions): WebhookSende
         statusCode = response.statusCode ?? null;
         location = response.headers.location;
         response.on('error', (error) => finish(describeError(error, hostname)));
-        response.on('close', () => finish(response.complete ? null : 'connection closed before the answer was complete'));
+        response.on('close', () =>
+          finish(response.complete ? null : 'connection closed before the answer was complete'),
+        );
         response.on('data', (chunk: Buffer) => {
           if (settled) return;
           const room = maxResponseBytes - keptBytes;
