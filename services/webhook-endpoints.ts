@@ -100,7 +100,10 @@ export async function changeWebhookEndpoint(
       ...(request.description !== undefined ? { description: request.description } : {}),
       ...(request.events !== undefined ? { eventTypes: normalizeEventTypes(request.events) } : {}),
       ...(request.enabled !== undefined
-        ? { status: request.enabled ? ('enabled' as const) : ('disabled' as const), disabledReason: request.enabled ? null : 'Disabled through the API.' }
+        ? {
+            status: request.enabled ? ('enabled' as const) : ('disabled' as const),
+            disabledReason: request.enabled ? null : 'Disabled through the API.',
+          }
         : {}),
     };
     return updateWebhookEndpoint(tx, current, changes);
@@ -119,7 +122,12 @@ export async function deleteWebhookEndpoint(sql: Sql, scope: Scope, id: string):
 export const ROTATION_OVERLAP_MAX_S = 7 * 24 * 3600;
 
 /** A new secret signs from now on; the old one also signs for `overlapSeconds` (0: retired at once). */
-export async function rotateWebhookEndpointSecret(sql: Sql, scope: Scope, id: string, overlapSeconds: number): Promise<WebhookEndpoint> {
+export async function rotateWebhookEndpointSecret(
+  sql: Sql,
+  scope: Scope,
+  id: string,
+  overlapSeconds: number,
+): Promise<WebhookEndpoint> {
   return withTenant(sql, scope.companyId, async (tx) => {
     const current = await lockWebhookEndpoint(tx, scope, id);
     if (!current) throw notFound('webhook endpoint');
@@ -147,16 +155,32 @@ export async function resendWebhookEvent(
   scope: Scope,
   request: { endpointId: string; eventId: string; idempotencyKey: string },
 ): Promise<{ resendId: string; workflowId: string; deliveryId: string }> {
-  const resendId = `rs_${createHash('sha256').update(`${scope.companyId}\u0000${scope.environment}\u0000${request.idempotencyKey}`).digest('hex').slice(0, 32)}`;
+  // The key names one request only while the idempotency layer keeps it (IDEMPOTENCY_TTL_HOURS);
+  // after that a client may use it again for another resend. The endpoint and the event are part
+  // of the ID, so a reused key resending another event starts its own workflow instead of being
+  // refused by Temporal as a duplicate of the old one (REJECT_DUPLICATE) while the API says queued.
+  const resendId = `rs_${createHash('sha256')
+    .update(
+      [scope.companyId, scope.environment, request.endpointId, request.eventId, request.idempotencyKey].join('\u0000'),
+    )
+    .digest('hex')
+    .slice(0, 32)}`;
   const workflowId = `webhook-resend:${request.endpointId}:${resendId}`;
   const { input, deliveryId } = await withTenant(deps.sql, scope.companyId, async (tx) => {
     const endpoint = await lockWebhookEndpoint(tx, scope, request.endpointId);
     if (!endpoint) throw notFound('webhook endpoint');
     if (endpoint.status !== 'enabled') {
-      throw new DomainError('conflict', 'WEBHOOK_ENDPOINT_DISABLED', 'The endpoint is disabled; enable it before resending.');
+      throw new DomainError(
+        'conflict',
+        'WEBHOOK_ENDPOINT_DISABLED',
+        'The endpoint is disabled; enable it before resending.',
+      );
     }
     const event = await findEvent(tx, scope, request.eventId);
-    if (!event) throw new DomainError('not_found', 'EVENT_NOT_FOUND', `No event ${request.eventId} in this environment.`, { field: 'event' });
+    if (!event)
+      throw new DomainError('not_found', 'EVENT_NOT_FOUND', `No event ${request.eventId} in this environment.`, {
+        field: 'event',
+      });
     const delivery = await ensureDelivery(tx, event, endpoint.id);
     const input: WebhookResendInput = { ...scope, eventId: event.id, endpointId: endpoint.id, resendId };
     await insertOutboxEntry(tx, {
