@@ -35,12 +35,28 @@ const ZEvents = z
 const ZDescription = z.string().max(500);
 const ZEndpointParams = z.object({ id: z.string().max(100) });
 
-const ZCreateWebhookEndpoint = z.strictObject({ url: ZUrl, events: ZEvents.optional(), description: ZDescription.optional() });
+const ZCreateWebhookEndpoint = z.strictObject({
+  url: ZUrl,
+  events: ZEvents.optional(),
+  description: ZDescription.optional(),
+});
 const ZUpdateWebhookEndpoint = z
-  .strictObject({ url: ZUrl.optional(), events: ZEvents.optional(), description: ZDescription.optional(), enabled: z.boolean().optional() })
-  .refine((body) => Object.keys(body).length > 0, { message: 'Send at least one of url, events, description, enabled.' });
+  .strictObject({
+    url: ZUrl.optional(),
+    events: ZEvents.optional(),
+    description: ZDescription.optional(),
+    enabled: z.boolean().optional(),
+  })
+  .refine((body) => Object.keys(body).length > 0, {
+    message: 'Send at least one of url, events, description, enabled.',
+  });
 const ZRotateSecret = z.strictObject({
-  overlap_seconds: z.number().int().min(0).max(ROTATION_OVERLAP_MAX_S).default(24 * 3600),
+  overlap_seconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(ROTATION_OVERLAP_MAX_S)
+    .default(24 * 3600),
 });
 const ZResend = z.strictObject({ event: z.string().min(1).max(100) });
 
@@ -77,13 +93,20 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       auth: { kind: 'api_key' },
       body: ZCreateWebhookEndpoint,
       example: { url: EXAMPLE_URL, events: ['transfer.settled', 'transfer.failed'] },
-      responses: { 201: '{ id, url, secret, … }', 400: 'WEBHOOK_URL_INVALID, WEBHOOK_URL_FORBIDDEN, WEBHOOK_URL_UNRESOLVABLE', 422: 'WEBHOOK_ENDPOINT_LIMIT' },
+      responses: {
+        201: '{ id, url, secret, … }',
+        400: 'WEBHOOK_URL_INVALID, WEBHOOK_URL_FORBIDDEN, WEBHOOK_URL_UNRESOLVABLE',
+        422: 'WEBHOOK_ENDPOINT_LIMIT',
+      },
       async handler(ctx, { body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
         const endpoint = await createWebhookEndpoint(deps.sql, { companyId, environment }, body, deps.webhooks);
         ctx.status = 201;
         ctx.set('Location', `/v1/webhook_endpoints/${endpoint.id}`);
-        ctx.body = { ...webhookEndpointResource(endpoint), secret: endpoint.secret };
+        const resource = webhookEndpointResource(endpoint);
+        ctx.body = { ...resource, secret: endpoint.secret };
+        // Shown once: the idempotency store keeps (and a replay shows) the endpoint without it.
+        ctx.state.idempotentReplayBody = { ...resource, secret: null };
       },
     }),
     defineRoute({
@@ -116,7 +139,9 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: 'The endpoint.', 404: 'No such endpoint in this company and environment.' },
       async handler(ctx, { params }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        const endpoint = await withTenant(deps.sql, companyId, (tx) => findWebhookEndpoint(tx, { companyId, environment }, params.id));
+        const endpoint = await withTenant(deps.sql, companyId, (tx) =>
+          findWebhookEndpoint(tx, { companyId, environment }, params.id),
+        );
         if (!endpoint) throw notFound('webhook endpoint');
         ctx.body = webhookEndpointResource(endpoint);
       },
@@ -135,7 +160,9 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: 'The endpoint.', 400: 'WEBHOOK_URL_*', 404: 'No such endpoint.' },
       async handler(ctx, { params, body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        ctx.body = webhookEndpointResource(await changeWebhookEndpoint(deps.sql, { companyId, environment }, params.id, body, deps.webhooks));
+        ctx.body = webhookEndpointResource(
+          await changeWebhookEndpoint(deps.sql, { companyId, environment }, params.id, body, deps.webhooks),
+        );
       },
     }),
     defineRoute({
@@ -170,15 +197,23 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: '{ …endpoint, secret, previous_secret_expires_at }', 404: 'No such endpoint.' },
       async handler(ctx, { params, body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        const endpoint = await rotateWebhookEndpointSecret(deps.sql, { companyId, environment }, params.id, body.overlap_seconds);
-        ctx.body = { ...webhookEndpointResource(endpoint), secret: endpoint.secret };
+        const endpoint = await rotateWebhookEndpointSecret(
+          deps.sql,
+          { companyId, environment },
+          params.id,
+          body.overlap_seconds,
+        );
+        const resource = webhookEndpointResource(endpoint);
+        ctx.body = { ...resource, secret: endpoint.secret };
+        ctx.state.idempotentReplayBody = { ...resource, secret: null };
       },
     }),
     defineRoute({
       method: 'GET',
       path: '/v1/webhook_endpoints/:id/attempts',
       operationId: 'listWebhookAttempts',
-      summary: 'Delivery attempts to this endpoint, newest first: status, latency, error and up to 1 KiB of the answer.',
+      summary:
+        'Delivery attempts to this endpoint, newest first: status, latency, error and up to 1 KiB of the answer.',
       tags: ['webhooks'],
       auth: { kind: 'api_key' },
       resource: { param: 'id', type: 'webhook_endpoint' },
@@ -191,7 +226,12 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const rows = await withTenant(deps.sql, companyId, async (tx) => {
           const endpoint = await findWebhookEndpoint(tx, { companyId, environment }, params.id);
           if (!endpoint) throw notFound('webhook endpoint');
-          return listAttempts(tx, endpoint.id, { limit: query.limit + 1, ...(after ? { after } : {}) }, query.event ? { eventId: query.event } : {});
+          return listAttempts(
+            tx,
+            endpoint.id,
+            { limit: query.limit + 1, ...(after ? { after } : {}) },
+            query.event ? { eventId: query.event } : {},
+          );
         });
         ctx.body = toPage(rows, query.limit, attemptResource);
       },
@@ -209,7 +249,11 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       params: ZEndpointParams,
       body: ZResend,
       example: { event: 'evt_…' },
-      responses: { 202: '{ id, object, event, endpoint, status: "queued" }', 404: 'No such endpoint or event.', 409: 'WEBHOOK_ENDPOINT_DISABLED' },
+      responses: {
+        202: '{ id, object, event, endpoint, status: "queued" }',
+        404: 'No such endpoint or event.',
+        409: 'WEBHOOK_ENDPOINT_DISABLED',
+      },
       async handler(ctx, { params, body }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
         const idempotency = ctx.state.idempotency;
@@ -220,7 +264,13 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
           { endpointId: params.id, eventId: body.event, idempotencyKey: idempotency.key },
         );
         ctx.status = 202;
-        ctx.body = { id: resend.resendId, object: 'webhook_resend', event: body.event, endpoint: params.id, status: 'queued' };
+        ctx.body = {
+          id: resend.resendId,
+          object: 'webhook_resend',
+          event: body.event,
+          endpoint: params.id,
+          status: 'queued',
+        };
       },
     }),
   ];
