@@ -395,4 +395,31 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     assert.equal(settle.body.code, 'INVALID_TRANSFER_STATE');
     assert.match(settle.body.detail as string, /not running/);
   });
+
+  it('answers a return 409 while the run cannot say it has applied the settlement, and moves nothing', async () => {
+    const settled = await payout('23.00');
+    assert.equal(settled.body.status, 'settled');
+    const before = await wallet();
+    // No worker: the run cannot answer, as while a killed worker replays. The database alone says
+    // settled; a return signalled now could be ignored by a run that has not applied it.
+    worker.shutdown();
+    await running;
+    try {
+      const early = await simulate(settled.body.id, 'return');
+      assert.equal(early.status, 409, JSON.stringify(early.body));
+      assert.equal(early.body.code, 'INVALID_TRANSFER_STATE');
+      assert.match(early.body.detail as string, /retry in a moment/);
+      assert.deepEqual(await wallet(), before);
+    } finally {
+      worker = await Worker.create({
+        connection: env.nativeConnection,
+        taskQueue: TASK_QUEUES.core,
+        workflowBundle: await testWorkflowBundle(),
+        activities: createActivities({ sql: testApp.appSql, temporal: () => env.client }),
+      });
+      running = worker.run();
+    }
+    // (That the run takes a return once it says settled, the test of a returned payout shows; here the
+    // run's task stays with the stopped worker's sticky queue, which the test server does not time out.)
+  });
 });

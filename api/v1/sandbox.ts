@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { Sql } from '../../db/client.ts';
 import { findTransfer, type TransferStatus } from '../../db/ledger.ts';
 import { withTenant } from '../../db/tenant.ts';
@@ -9,6 +9,7 @@ import {
   railConfirmedSignal,
   railFailedSignal,
   railReturnedSignal,
+  transferSnapshotQuery,
 } from '../../workflows/shared/transfer-settlement.ts';
 import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
 import { defineRoute } from '../route.ts';
@@ -34,6 +35,22 @@ export interface SandboxRouteDeps {
  * Simulation controls for the sandbox's external rails: what a bank would report, delivered to the
  * transfer's settlement workflow as the same signal a real rail webhook sends.
  */
+/** How long a return waits for the run to say where it is (a worker must answer the query). */
+const RUN_QUERY_WAIT_MS = 3_000;
+
+/** The transfer's status as its settlement run sees it; 'unknown' when no worker answers in time. */
+async function runStatus(temporal: Client, handle: WorkflowHandle): Promise<string> {
+  try {
+    const snapshot = await temporal.connection.withDeadline(Date.now() + RUN_QUERY_WAIT_MS, () =>
+      handle.query(transferSnapshotQuery),
+    );
+    return snapshot.status;
+  } catch (error) {
+    if (error instanceof WorkflowNotFoundError) throw error;
+    return 'unknown';
+  }
+}
+
 function simulation(action: Action, deps: SandboxRouteDeps) {
   return defineRoute({
     method: 'POST',
@@ -78,6 +95,17 @@ function simulation(action: Action, deps: SandboxRouteDeps) {
       const handle = deps.rails.temporal.workflow.getHandle(transfer.workflowId);
       const reason = body.reason ?? (action === 'fail' ? 'sandbox: simulated failure' : 'sandbox: simulated return');
       try {
+        // The database says settled as soon as the settling transaction commits, but the run takes
+        // a return only once it has applied that outcome itself; in between (for as long as a
+        // killed worker takes to replay, too) a return signal would be ignored while this route
+        // answered 202. So the run is asked first, and "not yet" is a 409 to retry.
+        if (action === 'return' && (await runStatus(deps.rails.temporal, handle)) !== 'settled') {
+          throw new DomainError(
+            'conflict',
+            'INVALID_TRANSFER_STATE',
+            'The settlement of this transfer is still being applied; retry in a moment.',
+          );
+        }
         if (action === 'settle') await handle.signal(railConfirmedSignal);
         else if (action === 'fail') await handle.signal(railFailedSignal, { reason });
         else await handle.signal(railReturnedSignal, { reason });
