@@ -28,6 +28,13 @@ describe('bank test (short, seeded)', { timeout: 240_000 }, () => {
     assert.ok(report.kills.events >= 2, `expected at least 2 kills, got ${report.kills.events}`);
     assert.ok(report.created201.B > 0, 'some Shape B transfers were created');
     assert.ok(report.created201.A > 0, 'some Shape A payouts were created');
+    // Every settlement path ran under the kills, and a kill landed between a commit and its answer.
+    for (const status of ['settled', 'failed', 'returned'])
+      assert.ok((report.transfers.aByStatus[status] ?? 0) > 0, `some payouts ended ${status}`);
+    assert.ok(report.simulations.asked > 0, 'some payouts were settled, failed or returned by simulation');
+    assert.ok(report.kills.api > 0 && report.kills.worker > 0, 'both the API and the worker were killed');
+    assert.ok(report.committedBeforeLostAnswer > 0, 'a kill landed after a commit and before its answer');
+    assert.equal(report.workflows.other, 0);
     assert.ok(report.replays >= 1, 'at least one idempotent replay');
     assert.ok((report.byCode.IDEMPOTENCY_KEY_REUSED ?? 0) >= 1, 'at least one 422 IDEMPOTENCY_KEY_REUSED');
     assert.equal(report.keys.unresolved, 0);

@@ -23,6 +23,8 @@ import { startService, type ServiceProcess } from '../platform/services.ts';
 import { freePort } from '../test-support/ports.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { openFundedSandboxAccounts } from '../services/sandbox.ts';
+import { Client, Connection } from '@temporalio/client';
+import { transferSnapshotQuery, type TransferSnapshot } from '../workflows/shared/transfer-settlement.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -51,6 +53,10 @@ const SETTLEMENT_DEADLINE_MS = 60_000;
 const EXTRA_ACCOUNTS = 4;
 const EXTRA_ACCOUNT_FUNDING_MINOR = 500_000n; // 5,000.00 USD each
 const TERMINAL_A = new Set(['settled', 'failed', 'returned']);
+/** The sandbox USDC wallet's preload (services/sandbox.ts), in minor units. */
+const USDC_WALLET_START_MINOR = 10_000_000_000n;
+type Simulation = 'settle' | 'fail' | 'return';
+const SIMULATED: Record<Simulation, string> = { settle: 'settled', fail: 'failed', return: 'returned' };
 const STATUS_ORDER = ['pending', 'processing', 'settled', 'returned'];
 
 // ---------------------------------------------------------------------------------------------
@@ -154,6 +160,8 @@ interface KeyRecord {
   shape: 'A' | 'B';
   primary: TransferBody;
   attempts: Attempt[];
+  /** Shape A: the sandbox simulation asked for this payout, and whether the API took it (200/202). */
+  simulation?: { action: Simulation; delivered: boolean };
 }
 
 interface Counters {
@@ -167,6 +175,10 @@ interface Counters {
   byCode: Record<string, number>;
   created201: { A: number; B: number };
   unansweredDuringLoad: number;
+  /** A request whose first try died with the API and whose retry was a replay: killed after the commit. */
+  replayAfterNetworkError: number;
+  /** Per key: when a try first ended without an answer (the API died or was down). */
+  firstNetworkErrorAt: Map<string, number>;
 }
 
 /** The transfer ID of an answer, else its error code. */
@@ -194,6 +206,7 @@ class BankClient {
     options: { budgetMs: number; inProgressIsAnswer: boolean },
   ): Promise<Answer | undefined> {
     const deadline = Date.now() + options.budgetMs;
+    let sawNetworkError = false;
     for (let attempt = 0; ; attempt++) {
       if (attempt > 0) this.counters.retries++;
       this.counters.requests++;
@@ -224,6 +237,8 @@ class BankClient {
         };
       } catch {
         this.counters.networkErrors++;
+        sawNetworkError = true;
+        if (!this.counters.firstNetworkErrorAt.has(key)) this.counters.firstNetworkErrorAt.set(key, Date.now());
       }
       if (answer) {
         this.counters.byStatus[answer.status] = (this.counters.byStatus[answer.status] ?? 0) + 1;
@@ -234,6 +249,7 @@ class BankClient {
           if (options.inProgressIsAnswer) return answer;
         } else {
           if (answer.replayed) this.counters.replays++;
+          if (answer.replayed && sawNetworkError) this.counters.replayAfterNetworkError++;
           if (answer.status === 201)
             this.counters.created201['source' in body && typeof body.source === 'object' ? 'A' : 'B']++;
           return answer;
@@ -242,6 +258,41 @@ class BankClient {
       if (Date.now() >= deadline) return undefined;
       await sleep(Math.min(2_000, 100 * 2 ** Math.min(attempt, 5)) * (0.5 + Math.random() / 2));
     }
+  }
+
+  /**
+   * A sandbox simulation (settle, fail or return a payout), retried through kills until the API
+   * takes it (200/202) or the transfer is already where it was asked to go (an earlier attempt,
+   * whose answer was lost, delivered it). A 409 while the settlement is not running yet is retried.
+   */
+  async simulate(key: string, transferId: string, action: Simulation, budgetMs: number): Promise<boolean> {
+    const deadline = Date.now() + budgetMs;
+    const headers = { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/json' };
+    for (let attempt = 0; Date.now() < deadline; attempt++) {
+      try {
+        const response = await fetch(`${this.baseUrl()}/v1/sandbox/transfers/${transferId}/${action}`, {
+          method: 'POST',
+          // A new key per try: a 409 about the state is a definite answer, replayed under its key.
+          headers: { ...headers, 'idempotency-key': `${key}-${action}-${attempt}-${Date.now()}` },
+          body: '{}',
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        });
+        await response.text();
+        if (response.status === 200 || response.status === 202) return true;
+        if (response.status === 409) {
+          const current = await fetch(`${this.baseUrl()}/v1/transfers/${transferId}`, {
+            headers,
+            signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+          });
+          const body = (await current.json()) as { status?: string };
+          if (body.status === SIMULATED[action]) return true;
+        }
+      } catch {
+        this.counters.networkErrors++;
+      }
+      await sleep(Math.min(2_000, 100 * 2 ** Math.min(attempt, 5)) * (0.5 + Math.random() / 2));
+    }
+    return false;
   }
 }
 
@@ -265,6 +316,12 @@ export interface BankReport {
   byStatus: Record<string, number>;
   byCode: Record<string, number>;
   created201: { A: number; B: number };
+  replayAfterNetworkError: number;
+  /** Transfers committed before a try of their key died unanswered: the kill landed mid-request. */
+  committedBeforeLostAnswer: number;
+  simulations: { asked: number; undelivered: number };
+  /** Every payout's settlement workflow, by its Temporal status. */
+  workflows: { running: number; completed: number; other: number };
   keys: { total: number; A: number; B: number; unansweredDuringLoad: number; unresolved: number };
   duplicates: { sameBody: number; concurrentSameBody: number; mismatched: number; concurrentMismatched: number };
   transfers: {
@@ -354,6 +411,8 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
     byCode: {},
     created201: { A: 0, B: 0 },
     unansweredDuringLoad: 0,
+    replayAfterNetworkError: 0,
+    firstNetworkErrorAt: new Map(),
   };
   const kills = { api: 0, worker: 0, events: 0 };
   const duplicates = { sameBody: 0, concurrentSameBody: 0, mismatched: 0, concurrentMismatched: 0 };
@@ -468,7 +527,11 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
       };
       const shapeA = (): ShapeABody => {
         let cents = int(rng, 0, 99);
-        if (cents >= 13 && cents <= 15) cents += 3; // .13/.14/.15 are the sandbox's failure magic
+        if (cents >= 13 && cents <= 15) cents += 3; // .13/.14/.15 are the sandbox's magic, chosen below
+        const magic = rng();
+        if (magic < 0.15)
+          cents = 13; // the bank refuses at once: failed, the hold voided
+        else if (magic < 0.35) cents = 15; // slow: settled or failed later by a simulation, under the kills
         return {
           source: {
             currency: 'USDC',
@@ -527,6 +590,25 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
             await attempt(other(), 'mismatch', false);
           }
         }
+        // Shape A: drive the payout's later life through the sandbox simulation endpoints, under the kills.
+        // (The body that won the key: the primary, or a concurrent mismatch that got there first.)
+        const won = record.attempts.find((entry) => entry.answer?.status === 201);
+        const created = won?.answer;
+        if (shape === 'A' && won && typeof created?.body?.id === 'string') {
+          const slow = (won.body as ShapeABody).source.amount.endsWith('.15');
+          const refused = (won.body as ShapeABody).source.amount.endsWith('.13');
+          const action: Simulation | undefined = slow
+            ? rng() < 0.5
+              ? 'settle'
+              : 'fail'
+            : !refused && rng() < 0.25
+              ? 'return'
+              : undefined;
+          if (action) {
+            record.simulation = { action, delivered: false };
+            record.simulation.delivered = await client.simulate(key, created.body.id, action, LOAD_RETRY_BUDGET_MS);
+          }
+        }
       }
     };
     await Promise.all(Array.from({ length: options.clients }, (_, index) => runClient(index)));
@@ -554,6 +636,22 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
       }),
     );
     const unresolved = unanswered.filter(({ entry }) => !entry.answer).map(({ record }) => record.key);
+    // Simulations the kills swallowed are sent again now that everything runs.
+    await Promise.all(
+      [...keys.values()].map(async (record) => {
+        const id = record.attempts.find((entry) => entry.answer?.status === 201)?.answer?.body?.id;
+        if (record.simulation && !record.simulation.delivered && typeof id === 'string')
+          record.simulation.delivered = await client.simulate(
+            record.key,
+            id,
+            record.simulation.action,
+            RESOLVE_RETRY_BUDGET_MS,
+          );
+      }),
+    );
+    const undelivered = [...keys.values()].filter((record) => record.simulation && !record.simulation.delivered);
+    for (const record of undelivered)
+      violations.push(`${record.key}: the sandbox ${record.simulation!.action} was never taken by the API`);
     if (unresolved.length > 0)
       violations.push(`no definite answer after retrying for ${RESOLVE_RETRY_BUDGET_MS} ms: ${unresolved.join(', ')}`);
 
@@ -658,6 +756,45 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
       select t.id, count(e.id)::bigint as n from transfers t left join ledger_entries e on e.transfer_id = t.id
       where t.rail = 'ledger' and t.company_id = ${companyId} group by t.id having count(e.id) <> 2`;
     for (const row of ledgerEntryCounts) violations.push(`ledger transfer ${row.id} has ${row.n} entries instead of 2`);
+    // Each hold is resolved as its transfer's status says: failed → voided, settled/returned → posted.
+    const holdMismatch = await sql<{ id: string; status: string; hold: string }[]>`
+      select t.id, t.status, h.status as hold from transfers t join ledger_holds h on h.transfer_id = t.id
+      where t.company_id = ${companyId}
+        and not ((t.status in ('pending', 'processing') and h.status = 'pending')
+              or (t.status = 'failed' and h.status = 'voided')
+              or (t.status in ('settled', 'returned') and h.status = 'posted'))`;
+    for (const row of holdMismatch) violations.push(`payout ${row.id} is ${row.status} but its hold is ${row.hold}`);
+    // Each customer account against a model built from the transfers alone (not from the entries):
+    // posted = ledger transfers in − out − settled payouts; pending debits = payouts still in flight.
+    const modelDrift = await sql<
+      { id: string; posted: bigint; pending_debits: bigint; expected_posted: bigint; expected_pending: bigint }[]
+    >`
+      select a.id, a.posted, a.pending_debits, m.expected_posted, m.expected_pending
+      from ledger_accounts a
+      cross join lateral (
+        select coalesce(sum(t.amount) filter (where t.rail = 'ledger' and t.status = 'settled' and t.destination_account_id = a.id), 0)::bigint
+             - coalesce(sum(t.amount) filter (where t.rail = 'ledger' and t.status = 'settled' and t.source_account_id = a.id), 0)::bigint
+             - coalesce(sum(t.amount) filter (where t.rail = 'ach' and t.status = 'settled' and t.source_account_id = a.id), 0)::bigint
+               as expected_posted,
+               coalesce(sum(t.amount) filter (where t.rail = 'ach' and t.status in ('pending', 'processing') and t.source_account_id = a.id), 0)::bigint
+               as expected_pending
+        from transfers t where t.company_id = a.company_id and t.environment = a.environment
+      ) m
+      where a.company_id = ${companyId} and a.type <> 'system'
+        and (a.posted <> m.expected_posted or a.pending_debits <> m.expected_pending)`;
+    for (const row of modelDrift) {
+      violations.push(
+        `account ${row.id}: posted ${row.posted}, pending debits ${row.pending_debits}; the transfers say ${row.expected_posted}, ${row.expected_pending}`,
+      );
+    }
+    const [wallet] = await sql<
+      { posted: bigint }[]
+    >`select posted from ledger_accounts where id = ${tenant.usdcWalletId}`;
+    const [settledA] = await sql<{ total: bigint }[]>`
+      select coalesce(sum(amount), 0)::bigint as total from transfers
+      where company_id = ${companyId} and rail = 'ach' and status = 'settled'`;
+    if (wallet!.posted !== USDC_WALLET_START_MINOR - settledA!.total)
+      violations.push(`USDC wallet posted ${wallet!.posted}, expected ${USDC_WALLET_START_MINOR - settledA!.total}`);
 
     // Every answer against the database: one transfer per key, every 201 durable, replays identical.
     const rows = await sql<
@@ -670,9 +807,10 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
         currency: string;
         source_account_id: string;
         destination_account_id: string | null;
+        created_at: Date;
       }[]
     >`
-      select id, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id
+      select id, idempotency_key, rail, status, amount, currency, source_account_id, destination_account_id, created_at
       from transfers where company_id = ${companyId} and environment = 'sandbox'`;
     const byKey = new Map(rows.map((row) => [row.idempotency_key, row]));
     const ours = rows.filter((row) => row.idempotency_key.startsWith(`bank-${options.seed}-`));
@@ -778,6 +916,82 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
           violations.push(`${record.key}: 201 says ${said}, the database has ${row.status}, which cannot follow it`);
       }
     }
+    // Each payout ends where its amount and its simulation say, and its workflow agrees with the database.
+    const connection = await Connection.connect({ address: dev.address });
+    const workflows = { running: 0, completed: 0, other: 0 };
+    try {
+      const client = new Client({ connection, namespace: 'default' });
+      const payouts = await sql<{ id: string; idempotency_key: string; status: string; workflow_id: string | null }[]>`
+        select id, idempotency_key, status, workflow_id from transfers where company_id = ${companyId} and rail = 'ach'`;
+      for (const payout of payouts) {
+        const record = keys.get(payout.idempotency_key);
+        if (record?.shape === 'A') {
+          const winner = record.attempts.find((entry) => entry.answer?.status === 201);
+          const amount = ((winner?.body ?? record.primary) as ShapeABody).source.amount;
+          const expected = !winner
+            ? undefined
+            : amount.endsWith('.13')
+              ? 'failed'
+              : record.simulation
+                ? record.simulation.delivered
+                  ? SIMULATED[record.simulation.action]
+                  : undefined // reported above as undelivered
+                : amount.endsWith('.15')
+                  ? undefined
+                  : 'settled';
+          if (expected && payout.status !== expected) {
+            // Say what the run saw: the signals it received, in order with its other events.
+            const history = payout.workflow_id
+              ? await client.workflow
+                  .getHandle(payout.workflow_id)
+                  .fetchHistory()
+                  .catch(() => undefined)
+              : undefined;
+            const events = (history?.events ?? [])
+              .map((event) =>
+                event.workflowExecutionSignaledEventAttributes
+                  ? `signal:${event.workflowExecutionSignaledEventAttributes.signalName}`
+                  : event.markerRecordedEventAttributes
+                    ? 'marker'
+                    : event.workflowTaskFailedEventAttributes
+                      ? 'task-failed'
+                      : event.workflowTaskCompletedEventAttributes
+                        ? 'task-done'
+                        : '',
+              )
+              .filter(Boolean);
+            violations.push(
+              `${record.key}: payout ${payout.id} of ${amount} is ${payout.status}, expected ${expected} (run: ${events.join(' ')})`,
+            );
+          }
+        }
+        if (!payout.workflow_id) {
+          violations.push(`payout ${payout.id} has no settlement workflow`);
+          continue;
+        }
+        const handle = client.workflow.getHandle(payout.workflow_id);
+        const description = await handle.describe().catch(() => undefined);
+        const name = description?.status.name;
+        if (name === 'RUNNING') workflows.running++;
+        else if (name === 'COMPLETED') workflows.completed++;
+        else {
+          workflows.other++;
+          violations.push(`payout ${payout.id}: settlement workflow ${payout.workflow_id} is ${name ?? 'missing'}`);
+          continue;
+        }
+        // A settled payout's run watches the return window; a failed or returned one has finished.
+        if ((name === 'RUNNING') !== (payout.status === 'settled'))
+          violations.push(`payout ${payout.id} is ${payout.status} but its workflow is ${name}`);
+        const snapshot: { status: string } = await (
+          name === 'COMPLETED' ? (handle.result() as Promise<TransferSnapshot>) : handle.query(transferSnapshotQuery)
+        ).catch((error: unknown) => ({ status: `unreadable: ${String(error)}` }));
+        if (snapshot.status !== payout.status)
+          violations.push(`payout ${payout.id}: the workflow says ${snapshot.status}, the database ${payout.status}`);
+      }
+    } finally {
+      await connection.close();
+    }
+
     const aByStatus: Record<string, number> = {};
     for (const row of ours) if (row.rail === 'ach') aByStatus[row.status] = (aByStatus[row.status] ?? 0) + 1;
     for (const [key, row] of byKey) {
@@ -802,6 +1016,16 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
       byStatus: counters.byStatus,
       byCode: counters.byCode,
       created201: counters.created201,
+      replayAfterNetworkError: counters.replayAfterNetworkError,
+      committedBeforeLostAnswer: ours.filter((row) => {
+        const lostAt = counters.firstNetworkErrorAt.get(row.idempotency_key);
+        return lostAt !== undefined && row.created_at.getTime() < lostAt;
+      }).length,
+      simulations: {
+        asked: [...keys.values()].filter((record) => record.simulation).length,
+        undelivered: undelivered.length,
+      },
+      workflows,
       keys: {
         total: keys.size,
         A: [...keys.values()].filter((record) => record.shape === 'A').length,
