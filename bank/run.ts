@@ -1,5 +1,6 @@
-// The long bank run: `npm run bank-test -- --seed 7 --duration 300 --clients 16`.
-// Prints the report as JSON; exits 1 when an invariant was violated.
+// The long bank run: `npm run bank-test -- --duration 300 --clients 16 [--seed N]`.
+// Prints the report as JSON (its seed included); exits 1 when an invariant was violated.
+import { randomInt } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,16 +9,35 @@ import { BankTestError, runBankTest } from './bank.ts';
 
 const { values } = parseArgs({
   options: {
-    seed: { type: 'string', default: '7' },
+    seed: { type: 'string' }, // default: a new one each run, printed so a failure can be rerun
     duration: { type: 'string', default: '300' }, // seconds
     clients: { type: 'string', default: '16' },
     'kill-min': { type: 'string', default: '3' }, // seconds
     'kill-max': { type: 'string', default: '8' },
     'data-dir': { type: 'string' },
     keep: { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
 });
+
+if (values.help) {
+  process.stdout.write(
+    [
+      'npm run bank-test -- [options]: concurrent transfers while the API and the worker are SIGKILLed;',
+      'prints the report as JSON and exits 1 when an invariant was violated.',
+      "  --seed N        the clients' random workload (default: a new seed, printed; timing is not seeded)",
+      '  --duration S    seconds of load (default 300)',
+      '  --clients N     concurrent clients (default 16)',
+      '  --kill-min S    shortest pause between kills (default 3)',
+      '  --kill-max S    longest pause between kills (default 8)',
+      '  --data-dir DIR  keep PostgreSQL and Temporal data here (default: a temporary folder)',
+      '  --keep          do not delete the temporary folder',
+      '',
+    ].join('\n'),
+  );
+  process.exit(0);
+}
 
 function positive(name: string, value: string): number {
   const number = Number(value);
@@ -28,7 +48,7 @@ function positive(name: string, value: string): number {
   return number;
 }
 
-const seed = Math.trunc(positive('seed', values.seed));
+const seed = values.seed === undefined ? randomInt(1, 2 ** 31) : Math.trunc(positive('seed', values.seed));
 const durationMs = Math.round(positive('duration', values.duration) * 1000);
 const clients = Math.trunc(positive('clients', values.clients));
 const killEveryMs: [number, number] = [
@@ -37,6 +57,7 @@ const killEveryMs: [number, number] = [
 ];
 const dataDir = values['data-dir'] ?? (await mkdtemp(join(tmpdir(), 'payments-bank-')));
 const log = (line: string) => process.stderr.write(`[bank] ${line}\n`);
+log(`seed ${seed} (rerun the same workload with --seed ${seed})`);
 
 let exitCode = 0;
 try {
