@@ -69,7 +69,16 @@ describe('isForbiddenAddress', () => {
     it(`refuses ${address || '""'} (${why})`, () => assert.equal(isForbiddenAddress(address), true));
   }
 
-  const allowed = ['93.184.216.34', '8.8.8.8', '1.1.1.1', '100.63.255.255', '100.128.0.1', '172.32.0.1', '2606:4700::1111', '2a00:1450:4001::200e'];
+  const allowed = [
+    '93.184.216.34',
+    '8.8.8.8',
+    '1.1.1.1',
+    '100.63.255.255',
+    '100.128.0.1',
+    '172.32.0.1',
+    '2606:4700::1111',
+    '2a00:1450:4001::200e',
+  ];
   for (const address of allowed) {
     it(`allows public ${address}`, () => assert.equal(isForbiddenAddress(address), false));
   }
@@ -122,6 +131,15 @@ describe('checkWebhookUrl: syntax', () => {
     });
   }
 
+  it('says a port above 65535 is out of range, not that the URL is not one', async () => {
+    for (const raw of ['https://example.com:65536/hook', 'https://example.com:99999', 'http://[::1]:70000/x?y']) {
+      const result = await checkWebhookUrl(raw, { ...privateAllowed, lookup: noLookup });
+      assert.equal(!result.ok && result.message, 'URL port must be between 1 and 65535', raw);
+    }
+    const garbage = await checkWebhookUrl('https://exa mple.com:99999', { ...live, lookup: noLookup });
+    assert.equal(!garbage.ok && garbage.message, 'not an absolute URL');
+  });
+
   it('accepts https in live and returns the normalized URL', async () => {
     assert.deepEqual(await checkWebhookUrl('HTTPS://Example.COM:443/a/../hooks?x=1', live), {
       ok: true,
@@ -130,7 +148,10 @@ describe('checkWebhookUrl: syntax', () => {
   });
 
   it('accepts http in sandbox', async () => {
-    assert.deepEqual(await checkWebhookUrl('http://example.com/hook', sandbox), { ok: true, url: 'http://example.com/hook' });
+    assert.deepEqual(await checkWebhookUrl('http://example.com/hook', sandbox), {
+      ok: true,
+      url: 'http://example.com/hook',
+    });
   });
 
   it('accepts http in live when private targets are allowed (local development)', async () => {
@@ -139,7 +160,10 @@ describe('checkWebhookUrl: syntax', () => {
 
   it('accepts any port from 1 to 65535', async () => {
     for (const port of [1, 8443, 65535]) {
-      assert.deepEqual(await checkWebhookUrl(`https://example.com:${port}/`, live), { ok: true, url: `https://example.com:${port}/` });
+      assert.deepEqual(await checkWebhookUrl(`https://example.com:${port}/`, live), {
+        ok: true,
+        url: `https://example.com:${port}/`,
+      });
     }
   });
 
@@ -211,7 +235,10 @@ describe('checkWebhookUrl: hosts', () => {
   });
 
   it('refuses a name that resolves to an IPv4-mapped loopback', async () => {
-    const result = await checkWebhookUrl('https://hooks.example.com/x', { ...live, lookup: async () => ['::ffff:127.0.0.1'] });
+    const result = await checkWebhookUrl('https://hooks.example.com/x', {
+      ...live,
+      lookup: async () => ['::ffff:127.0.0.1'],
+    });
     assert.equal(!result.ok && result.code, 'WEBHOOK_URL_FORBIDDEN');
   });
 
@@ -249,7 +276,10 @@ describe('checkWebhookUrl: hosts', () => {
   });
 
   it('uses the system resolver by default (a .invalid name never resolves)', async () => {
-    const result = await checkWebhookUrl('https://webhook-target.invalid/x', { allowPrivate: false, environment: 'live' });
+    const result = await checkWebhookUrl('https://webhook-target.invalid/x', {
+      allowPrivate: false,
+      environment: 'live',
+    });
     assert.equal(!result.ok && result.code, 'WEBHOOK_URL_UNRESOLVABLE');
   });
 });
@@ -291,7 +321,10 @@ describe('checkWebhookUrl: allowPrivate', () => {
   }
 
   it('still refuses a name that resolves to a metadata address', async () => {
-    const result = await checkWebhookUrl('http://imds.example.com/', { ...privateAllowed, lookup: async () => ['10.0.0.1', '169.254.169.254'] });
+    const result = await checkWebhookUrl('http://imds.example.com/', {
+      ...privateAllowed,
+      lookup: async () => ['10.0.0.1', '169.254.169.254'],
+    });
     assert.equal(!result.ok && result.code, 'WEBHOOK_URL_FORBIDDEN');
     assert.match(!result.ok ? result.message : '', /metadata/);
   });

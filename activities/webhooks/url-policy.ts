@@ -148,7 +148,10 @@ async function defaultLookup(hostname: string): Promise<string[]> {
   return answers.map((answer) => answer.address);
 }
 
-async function resolveWithTimeout(lookup: (hostname: string) => Promise<string[]>, hostname: string): Promise<string[]> {
+async function resolveWithTimeout(
+  lookup: (hostname: string) => Promise<string[]>,
+  hostname: string,
+): Promise<string[]> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -178,6 +181,9 @@ export async function checkWebhookUrl(raw: string, policy: WebhookUrlPolicy): Pr
   try {
     url = new URL(raw);
   } catch {
+    // WHATWG URL refuses a port above 65535 outright: name that rather than "not a URL".
+    const port = /^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]*:(\d+)(?:[/?#]|$)/i.exec(raw)?.[1];
+    if (port !== undefined && Number(port) > 65535) return invalid('URL port must be between 1 and 65535');
     return invalid('not an absolute URL');
   }
   const normalized = url.toString();
@@ -211,7 +217,11 @@ export async function checkWebhookUrl(raw: string, policy: WebhookUrlPolicy): Pr
     };
   }
   if (addresses.length === 0) {
-    return { ok: false, code: 'WEBHOOK_URL_UNRESOLVABLE', message: `URL host ${host} could not be resolved (no addresses)` };
+    return {
+      ok: false,
+      code: 'WEBHOOK_URL_UNRESOLVABLE',
+      message: `URL host ${host} could not be resolved (no addresses)`,
+    };
   }
   // A name with ANY forbidden answer is refused: the resolver may hand out either one later.
   for (const address of addresses) {
