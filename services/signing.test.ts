@@ -353,6 +353,29 @@ describe('transfer signer', { timeout: 120_000 }, () => {
     }
   });
 
+  it('publishes at once a key another instance already signs with (the JWKS is never a stale cache)', async () => {
+    // The API's signer, warm and caching for the default minute; the worker's (webhook payloads)
+    // refreshes sooner; the CLI rotates in a process of its own.
+    const api = createTransferSigner({ sql });
+    const worker = createTransferSigner({ sql, cacheTtlMs: 0 });
+    await api.warm();
+    await worker.warm();
+    const { kid } = await createTransferSigner({ sql }).rotate();
+    await worker.sign(transfer); // a stale cache signs at once and refreshes in the background
+    await waitFor(
+      'the worker to sign with the new key',
+      async () => headerOf(await worker.sign(transfer)).kid === kid,
+      5_000,
+    );
+    const signature = await worker.sign(transfer);
+    const { keys } = await api.jwks();
+    assert.ok(
+      keys.some((key) => key.kid === kid),
+      `${kid} in ${JSON.stringify(keys.map((key) => key.kid))}`,
+    );
+    await verifyIndependently(keys, transfer, signature);
+  });
+
   it('serves GET /.well-known/jwks.json: public keys only, cacheable', async () => {
     const signer = createTransferSigner({ sql });
     const signature = await signer.sign(transfer);

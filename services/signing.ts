@@ -10,7 +10,8 @@
 // other processes keep signing with the key they cached (now retired, still valid and still in the
 // JWKS) until their cache expires, so every instance signs with the new key at most `cacheTtlMs`
 // after a rotation. A verification whose `kid` is not in the cache reloads the key set once before
-// it fails, so a signature made by another instance with a newer key verifies at once.
+// it fails, so a signature made by another instance with a newer key verifies at once; jwks() reads
+// the key set afresh for the same reason.
 //
 // The private JWK never leaves this module: it is read only for the active key and imported as a
 // KeyObject kept in this closure; jwks() builds each public key from a fixed list of public members.
@@ -303,7 +304,11 @@ export function createTransferSigner(deps: TransferSignerDeps): TransferSigner {
     },
 
     async jwks() {
-      let keys = await currentKeys();
+      // Always the database's key set (one query, shared by concurrent callers), never this
+      // instance's cache: another process (the worker signing webhook payloads, another API
+      // instance, the CLI's `keys rotate`) may already sign with a key this cache has not seen, and
+      // a verifier that fetches the JWKS for an unknown kid must find it here.
+      let keys = await refresh();
       if (keys.ordered.length === 0) keys = await createActiveKey();
       return { keys: keys.ordered.map((entry) => ({ ...entry.publicJwk })) };
     },
