@@ -20,11 +20,23 @@ export interface WebhookDispatcher {
  * without pause while there is a backlog; stranded deliveries are looked for every
  * STRANDED_RESCAN_INTERVAL_MS. Errors back off up to 30 s; the loop never dies.
  */
-export function startWebhookDispatcher(deps: { sql: Sql; temporal: () => Client; logger: Logger; intervalMs: number; batchSize: number }): WebhookDispatcher {
+export function startWebhookDispatcher(deps: {
+  sql: Sql;
+  temporal: () => Client;
+  logger: Logger;
+  intervalMs: number;
+  batchSize: number;
+}): WebhookDispatcher {
   let stopping = false;
   let wake: (() => void) | undefined;
   const pause = (ms: number) =>
     new Promise<void>((resolve) => {
+      // A pause asked for after stop() (a pass was in flight when it came) ends at once: stop() must
+      // not wait out an error backoff of up to 30 s, since the worker is drained only after it returns.
+      if (stopping) {
+        resolve();
+        return;
+      }
       const timer = setTimeout(resolve, ms);
       wake = () => {
         clearTimeout(timer);
@@ -45,7 +57,11 @@ export function startWebhookDispatcher(deps: { sql: Sql; temporal: () => Client;
         if (restartStranded) lastRescanAt = now;
         failures = 0;
         if (result.deliveries > 0 || result.restarted > 0) deps.logger.debug(result, 'webhook events dispatched');
-        if (result.failed > 0) deps.logger.warn(result, 'some webhook deliveries could not be started; a later pass (or the outbox relay) will');
+        if (result.failed > 0)
+          deps.logger.warn(
+            result,
+            'some webhook deliveries could not be started; a later pass (or the outbox relay) will',
+          );
         if (result.events < deps.batchSize) await pause(deps.intervalMs);
       } catch (error) {
         failures += 1;
