@@ -109,6 +109,12 @@ async function parsePart(
 
 const NUL = '\u0000';
 const NUL_SCAN_DEPTH_MAX = 64;
+/**
+ * A UTF-16 surrogate without its pair (JSON allows "\ud800"): it is not a Unicode character, RFC 8785
+ * canonical JSON refuses it (the idempotency fingerprint and the transfer signature would throw: a
+ * 500), and PostgreSQL would store U+FFFD instead. With the `u` flag \p{Cs} matches only unpaired ones.
+ */
+const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * Strings holding U+0000 anywhere in the input: PostgreSQL text cannot store the character, so
@@ -118,11 +124,14 @@ const NUL_SCAN_DEPTH_MAX = 64;
 function nulIssues(value: unknown, path: string, issues: ValidationIssue[], depth = 0): void {
   if (typeof value === 'string') {
     if (value.includes(NUL)) issues.push({ path, message: 'must not contain the NUL character (U+0000)' });
+    if (LONE_SURROGATE.test(value))
+      issues.push({ path, message: 'must not contain an unpaired surrogate (\\uD800-\\uDFFF)' });
     return;
   }
   if (typeof value !== 'object' || value === null || depth >= NUL_SCAN_DEPTH_MAX) return;
   for (const [name, child] of Object.entries(value)) {
     if (name.includes(NUL)) issues.push({ path, message: 'field names must not contain the NUL character (U+0000)' });
+    if (LONE_SURROGATE.test(name)) issues.push({ path, message: 'field names must not contain an unpaired surrogate' });
     nulIssues(child, `${path}.${name}`, issues, depth + 1);
   }
 }

@@ -20,6 +20,16 @@ describe('indexes on growing tables', () => {
     });
   }
 
+  it("lists a company's accounts newest first, after a cursor, through an index (GET /v1/accounts)", async () => {
+    const list = await plan(`
+      select id from ledger_accounts
+      where company_id = 'co_x' and environment = 'sandbox' and type <> 'system'
+        and (split_part(id, '_', 2), id) < (split_part('wal_0000', '_', 2), 'wal_0000')
+      order by split_part(id, '_', 2) desc, id desc limit 11`);
+    assert.match(list, /ledger_accounts_listing_idx/, list);
+    assert.doesNotMatch(list, /Sort/, list);
+  });
+
   it('finds the webhook attempts to purge through an index on finished_at (the policy in db/retention.ts)', async () => {
     const purge = await plan(`
       delete from webhook_attempts

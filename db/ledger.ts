@@ -95,7 +95,12 @@ export async function findLedgerAccount(
   return row ? toAccount(row) : undefined;
 }
 
-/** The caller's wallets and accounts (system accounts are the platform's side and never listed). */
+/**
+ * The caller's wallets and accounts (system accounts are the platform's side and never listed),
+ * newest first. Wallets (`wal_…`) and accounts (`acct_…`) carry different prefixes, so the order is
+ * the UUIDv7 after the prefix (the ID breaks a tie), not the ID: by the ID every wallet would come
+ * before every account whatever their age. Served by ledger_accounts_listing_idx (migration 00015).
+ */
 export async function listLedgerAccounts(
   tx: TransactionSql,
   scope: { companyId: string; environment: Environment },
@@ -104,8 +109,8 @@ export async function listLedgerAccounts(
   const rows = await tx<LedgerAccountRow[]>`
     select ${tx.unsafe(ACCOUNT_COLUMNS)} from ledger_accounts
     where company_id = ${scope.companyId} and environment = ${scope.environment} and type <> 'system'
-      ${page.after ? tx`and id < ${page.after.id}` : tx``}
-    order by id desc limit ${page.limit}`;
+      ${page.after ? tx`and (split_part(id, '_', 2), id) < (split_part(${page.after.id}, '_', 2), ${page.after.id})` : tx``}
+    order by split_part(id, '_', 2) desc, id desc limit ${page.limit}`;
   return rows.map(toAccount);
 }
 
@@ -124,7 +129,13 @@ export interface LedgerTransfer {
   /** Ledger rail: the destination account. */
   destinationAccountId: string | null;
   /** External rails (Shape A): the bank account and the payout quote. */
-  payout: { externalAccountId: string; outAmount: bigint; outCurrency: string; feeAmount: bigint; fxRate: string } | null;
+  payout: {
+    externalAccountId: string;
+    outAmount: bigint;
+    outCurrency: string;
+    feeAmount: bigint;
+    fxRate: string;
+  } | null;
   failureReason: string | null;
   /** External rails: the settlement workflow's ID. */
   workflowId: string | null;
@@ -169,7 +180,11 @@ function toTransfer(row: TransferRow): LedgerTransfer {
     sourceAccountId: row.source_account_id,
     destinationAccountId: row.destination_account_id,
     payout:
-      row.destination_external_account_id && row.out_amount !== null && row.out_currency && row.fee_amount !== null && row.fx_rate
+      row.destination_external_account_id &&
+      row.out_amount !== null &&
+      row.out_currency &&
+      row.fee_amount !== null &&
+      row.fx_rate
         ? {
             externalAccountId: row.destination_external_account_id,
             outAmount: row.out_amount,

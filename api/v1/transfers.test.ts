@@ -52,6 +52,29 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     assert.equal((await v1('GET', '/v1/accounts', { apiKey: 'sk_sandbox_bad' })).status, 401);
   });
 
+  it('lists accounts newest first across wallets and accounts, page by page', async () => {
+    // Provisioning opens the USDC wallet, the USD wallet, then the USD account: newest first is the reverse.
+    const all = await v1('GET', '/v1/accounts');
+    assert.deepEqual(
+      all.body.data.map((account: { id: string }) => account.id),
+      [tenant.sandbox.usdAccountId, tenant.sandbox.usdWalletId, tenant.sandbox.usdcWalletId],
+    );
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: Awaited<ReturnType<typeof v1>> = await v1(
+        'GET',
+        `/v1/accounts?limit=1${cursor ? `&cursor=${cursor}` : ''}`,
+      );
+      seen.push(...page.body.data.map((account: { id: string }) => account.id));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    assert.deepEqual(
+      seen,
+      all.body.data.map((account: { id: string }) => account.id),
+    );
+  });
+
   it('settles a transfer in the request, signs it, and replays it for the same key without moving money twice', async () => {
     const idempotencyKey = key();
     const body = {
@@ -480,5 +503,38 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
     });
     assert.equal(write.status, 400, 'a write with a parameter it does not take moves nothing');
     assert.equal((await call(testApp, 'GET', '/healthz?probe=1')).status, 200);
+  });
+
+  it('refuses an unpaired surrogate in a body value or field name with a 400, not a 500', async () => {
+    // Valid JSON text whose parsed strings hold a lone surrogate: RFC 8785 canonicalization (the
+    // idempotency fingerprint, the transfer signature) cannot take them.
+    for (const [body, path] of [
+      [
+        `{"amount":1,"currency":"USD","source":"\\ud800","destination":"${tenant.sandbox.usdAccountId}"}`,
+        'body.source',
+      ],
+      [
+        `{"amount":1,"currency":"USD","source":"${tenant.sandbox.usdWalletId}","destination":"x\\udc00"}`,
+        'body.destination',
+      ],
+      [`{"amount":1,"currency":"USD","source":"a","destination":"b","\\ud800":1}`, 'body'],
+    ] as const) {
+      const response = await fetch(`${testApp.url}/v1/transfers`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${tenant.sandboxApiKey}`,
+          'content-type': 'application/json',
+          'idempotency-key': key(),
+        },
+        body,
+      });
+      assert.equal(response.status, 400, body);
+      const problem = (await response.json()) as { code: string; errors: { path: string }[] };
+      assert.equal(problem.code, 'VALIDATION_FAILED');
+      assert.ok(
+        problem.errors.some((issue) => issue.path === path),
+        `${path} in ${JSON.stringify(problem.errors)}`,
+      );
+    }
   });
 });
