@@ -83,7 +83,11 @@ export async function markOutboxDispatched(sql: Sql | TransactionSql, workflowId
 }
 
 /** Marks entries handed to Temporal at `at` (never before their creation: the clocks may differ). */
-export async function markOutboxEntriesDispatched(sql: Sql | TransactionSql, workflowIds: readonly string[], at: Date): Promise<void> {
+export async function markOutboxEntriesDispatched(
+  sql: Sql | TransactionSql,
+  workflowIds: readonly string[],
+  at: Date,
+): Promise<void> {
   if (workflowIds.length === 0) return;
   await sql`
     update outbox set dispatched_at = greatest(created_at, ${at}), attempts = attempts + 1
@@ -92,7 +96,8 @@ export async function markOutboxEntriesDispatched(sql: Sql | TransactionSql, wor
 
 /**
  * Entries created before `olderThan` and still not handed to Temporal (the API normally does it at
- * once), oldest first; `workflowType` narrows them to one kind of workflow.
+ * once), least tried first, then oldest: entries whose start keeps failing cannot hold a batch's
+ * every slot and starve newer ones. `workflowType` narrows them to one kind of workflow.
  */
 export async function findStrandedOutboxEntries(
   tx: TransactionSql,
@@ -102,7 +107,7 @@ export async function findStrandedOutboxEntries(
     select id, company_id, workflow_type, workflow_id, task_queue, payload, created_at, dispatched_at, attempts
     from outbox where dispatched_at is null and created_at < ${options.olderThan}
       ${options.workflowType === undefined ? tx`` : tx`and workflow_type = ${options.workflowType}`}
-    order by created_at limit ${options.limit}`;
+    order by attempts, created_at limit ${options.limit}`;
   return rows.map(toEntry);
 }
 
@@ -111,7 +116,10 @@ export async function recordOutboxFailure(tx: TransactionSql, workflowId: string
 }
 
 /** Counts a failed start on each entry and keeps its error (one statement for the whole batch). */
-export async function recordOutboxFailures(tx: TransactionSql, failures: readonly { workflowId: string; error: string }[]): Promise<void> {
+export async function recordOutboxFailures(
+  tx: TransactionSql,
+  failures: readonly { workflowId: string; error: string }[],
+): Promise<void> {
   if (failures.length === 0) return;
   await tx`
     update outbox set attempts = attempts + 1, last_error = t.error
