@@ -29,9 +29,7 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
   let tenant: TestTenant;
   let counter = 0;
 
-  before(async () => {
-    env = await createTimeSkippingEnv();
-    testApp = await startTestApp({ temporal: env.client, outcomeWaitMs: 2_000 });
+  const startWorker = async () => {
     worker = await Worker.create({
       connection: env.nativeConnection,
       taskQueue: TASK_QUEUES.core,
@@ -39,6 +37,12 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
       activities: createActivities({ sql: testApp.appSql, temporal: () => env.client }),
     });
     running = worker.run();
+  };
+
+  before(async () => {
+    env = await createTimeSkippingEnv();
+    testApp = await startTestApp({ temporal: env.client, outcomeWaitMs: 2_000 });
+    await startWorker();
     tenant = await provisionTestTenant(testApp);
   });
   after(async () => {
@@ -416,13 +420,7 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
       assert.match(early.body.detail as string, /retry in a moment/);
       assert.deepEqual(await wallet(), before);
     } finally {
-      worker = await Worker.create({
-        connection: env.nativeConnection,
-        taskQueue: TASK_QUEUES.core,
-        workflowBundle: await testWorkflowBundle(),
-        activities: createActivities({ sql: testApp.appSql, temporal: () => env.client }),
-      });
-      running = worker.run();
+      await startWorker();
     }
     // (That the run takes a return once it says settled, the test of a returned payout shows; here the
     // run's task stays with the stopped worker's sticky queue, which the test server does not time out.)

@@ -29,6 +29,17 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       ...(options.body !== undefined ? { body: options.body } : {}),
       ...(options.idempotencyKey ? { headers: { 'idempotency-key': options.idempotencyKey } } : {}),
     });
+  /** POST /v1/transfers with the body text as written (JSON.stringify would rewrite numbers and escapes). */
+  const postRaw = (body: string) =>
+    fetch(`${testApp.url}/v1/transfers`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${tenant.sandboxApiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': key(),
+      },
+      body,
+    });
   const balances = async (id: string, apiKey?: string) =>
     (await v1('GET', `/v1/accounts/${id}`, apiKey ? { apiKey } : {})).body.balances;
 
@@ -235,16 +246,10 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
 
   it('says a too-large amount is too large, and only a fractional one that it must be an integer', async () => {
     const post = async (amount: string) => {
-      const response = await fetch(`${testApp.url}/v1/transfers`, {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${tenant.sandboxApiKey}`,
-          'content-type': 'application/json',
-          'idempotency-key': key(),
-        },
-        // The amount goes in as written: a 40-digit JSON number, not what JSON.stringify makes of it.
-        body: `{"amount":${amount},"currency":"USD","source":"${tenant.sandbox.usdWalletId}","destination":"${tenant.sandbox.usdAccountId}"}`,
-      });
+      // The amount goes in as written: a 40-digit JSON number, not what JSON.stringify makes of it.
+      const response = await postRaw(
+        `{"amount":${amount},"currency":"USD","source":"${tenant.sandbox.usdWalletId}","destination":"${tenant.sandbox.usdAccountId}"}`,
+      );
       assert.equal(response.status, 400, amount);
       const problem = (await response.json()) as { code: string; errors: { path: string; message: string }[] };
       assert.equal(problem.code, 'VALIDATION_FAILED', amount);
@@ -519,15 +524,7 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
       ],
       [`{"amount":1,"currency":"USD","source":"a","destination":"b","\\ud800":1}`, 'body'],
     ] as const) {
-      const response = await fetch(`${testApp.url}/v1/transfers`, {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${tenant.sandboxApiKey}`,
-          'content-type': 'application/json',
-          'idempotency-key': key(),
-        },
-        body,
-      });
+      const response = await postRaw(body);
       assert.equal(response.status, 400, body);
       const problem = (await response.json()) as { code: string; errors: { path: string }[] };
       assert.equal(problem.code, 'VALIDATION_FAILED');
