@@ -292,7 +292,9 @@ interface EntryLine {
  * All of a step's entries in ONE statement, in account-ID order: the balance trigger locks each
  * account as its row is inserted, so concurrent steps lock in the same order (no deadlock), and the
  * hot platform accounts (fees, FX, clearing, payouts) are held for one statement rather than one
- * round trip per entry.
+ * round trip per entry. The sort is stable, so lines for one account keep the order given: a
+ * settlement lists the hold's release before the wallet's posted debit, because the overdraft check
+ * runs on every row and a fully held wallet could not take the debit first.
  */
 async function insertEntries(tx: TransactionSql, scope: Scope, transferId: string, lines: EntryLine[]): Promise<void> {
   const sorted = [...lines].sort((a, b) => (a.accountId < b.accountId ? -1 : a.accountId > b.accountId ? 1 : 0));
@@ -420,10 +422,13 @@ async function resolveHold(
 ): Promise<{ id: string; clearingAccountId: string }> {
   const [row] = await tx<{ id: string; clearing_account_id: string }[]>`
     update ledger_holds h set status = ${status}, resolved_at = now()
-    where h.transfer_id = ${transferId}
+    where h.transfer_id = ${transferId} and h.status = 'pending'
     returning h.id, (select e.account_id from ledger_entries e
                      where e.hold_id = h.id and e.kind = 'hold' and e.amount > 0) as clearing_account_id`;
-  return { id: row!.id, clearingAccountId: row!.clearing_account_id };
+  // The caller moved the transfer out of its pending state first (at its version), so its hold is
+  // pending: anything else is a broken invariant, said plainly rather than as a TypeError.
+  if (!row) throw new Error(`transfer ${transferId} has no pending hold to mark ${status}`);
+  return { id: row.id, clearingAccountId: row.clearing_account_id };
 }
 
 // Each step below returns the transfer after it, or undefined when it was not in the step's `from`
