@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from '../db/client.ts';
 import { appendAuditEvent } from '../db/audit.ts';
 import {
@@ -32,6 +33,22 @@ export const DEFAULT_LOGIN_POLICY: LoginPolicy = {
   lockMs: 60 * 60 * 1000,
 };
 
+/**
+ * The least time a refused sign-in (429/423) takes from its start, and a failed one (401) from the
+ * end of its password check. A registered email's failure writes an audit event (a committed
+ * transaction) and an unknown email's cannot, so without a floor the answer's timing tells
+ * registered emails from unknown ones; refusals skip the password hash, so they can be sampled
+ * without limit. Each floor is well above the audit transaction's usual time.
+ */
+export const REFUSED_ANSWER_MIN_MS = 60;
+export const FAILED_ANSWER_AFTER_VERIFY_MIN_MS = 40;
+
+/** Waits until `floorMs` after `since` (a performance.now() reading). */
+async function answerNoSoonerThan(since: number, floorMs: number): Promise<void> {
+  const left = since + floorMs - performance.now();
+  if (left > 0) await sleep(left);
+}
+
 const invalidCredentials = () =>
   new DomainError('unauthenticated', 'INVALID_CREDENTIALS', 'The email or password is not correct.');
 
@@ -49,6 +66,7 @@ export async function login(
   context: Omit<ActorContext, 'actor'>,
 ): Promise<LoginResult> {
   const now = new Date();
+  const startedAt = performance.now();
   const candidate = await findLoginCandidate(sql, input.email);
   const audit = (
     companyId: string,
@@ -82,6 +100,7 @@ export async function login(
         ),
       );
     }
+    await answerNoSoonerThan(startedAt, REFUSED_ANSWER_MIN_MS);
     throw locked
       ? new DomainError('locked', 'ACCOUNT_LOCKED', 'Too many failed sign-ins: this account is locked for now.', {
           retryAfterSeconds,
@@ -93,7 +112,11 @@ export async function login(
 
   // Verified even when the email is unknown (against a dummy hash), so timing does not tell.
   const passwordOk = await verifyPassword(candidate?.passwordHash, input.password);
-  if (!candidate) throw invalidCredentials();
+  const verifiedAt = performance.now();
+  if (!candidate) {
+    await answerNoSoonerThan(verifiedAt, FAILED_ANSWER_AFTER_VERIFY_MIN_MS);
+    throw invalidCredentials();
+  }
   if (!passwordOk) {
     const failures = attempt.failures;
     await withTenant(sql, candidate.companyId, async (tx) => {
@@ -108,6 +131,7 @@ export async function login(
         );
       }
     });
+    await answerNoSoonerThan(verifiedAt, FAILED_ANSWER_AFTER_VERIFY_MIN_MS);
     throw invalidCredentials();
   }
   if (candidate.isBlocked || candidate.companyBlocked || !candidate.companyActive) {

@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { verifyAuditChain } from '../../db/audit.ts';
 import { SYSTEM_ACTOR } from '../../services/audit-context.ts';
 import { createOperator } from '../../services/operators.ts';
+import { REFUSED_ANSWER_MIN_MS } from '../../services/auth.ts';
 import {
   call,
   provisionTestTenant,
@@ -184,5 +185,52 @@ describe('console sign-in under a burst of concurrent guesses', () => {
     const unknown = await burst('nobody-burst@nowhere.example', wrong);
     assert.equal(unknown[401], BURST_POLICY.throttleAfterFailures, JSON.stringify(unknown));
     assert.equal(unknown[429], 20 - BURST_POLICY.throttleAfterFailures, JSON.stringify(unknown));
+  });
+});
+
+describe('console sign-in timing', () => {
+  let timingApp: TestApp;
+  let timingTenant: TestTenant;
+  before(async () => {
+    timingApp = await startTestApp({ loginPolicy: { ...POLICY, lockAfterFailures: 3 } });
+    timingTenant = await provisionTestTenant(timingApp);
+  });
+  after(async () => timingApp.close());
+
+  it('answers a locked registered email as fast as a locked unknown one (no enumeration by timing)', async () => {
+    const known = await createOperator(
+      timingApp.ownerSql,
+      {
+        companyId: timingTenant.company.id,
+        email: 'timing@tenant.example',
+        password: 'timing-password-123',
+        role: 'viewer',
+      },
+      SYSTEM_ACTOR,
+    );
+    const attempt = (email: string) =>
+      call(timingApp, 'POST', '/admin/auth/login', { body: { email, password: 'wrong-password-xyz' } });
+    const unknown = 'nobody-timing@nowhere.example';
+    for (const email of [known.email, unknown]) for (let i = 0; i < 3; i++) await attempt(email); // 3rd locks
+    const took: Record<'known' | 'unknown', number[]> = { known: [], unknown: [] };
+    for (let i = 0; i < 40; i++) {
+      for (const [label, email] of [
+        ['known', known.email],
+        ['unknown', unknown],
+      ] as const) {
+        const started = performance.now();
+        assert.equal((await attempt(email)).status, 423);
+        took[label].push(performance.now() - started);
+      }
+    }
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[values.length >> 1]!;
+    // Before, the registered email's refusal took its audit transaction longer (6.8 vs 4.1 ms median).
+    assert.ok(median(took.unknown) >= REFUSED_ANSWER_MIN_MS, `${median(took.unknown)}`);
+    assert.ok(median(took.known) >= REFUSED_ANSWER_MIN_MS, `${median(took.known)}`);
+    // Both at the floor; the margin allows for a loaded machine, not for the 2.7 ms the audit write made.
+    assert.ok(
+      Math.abs(median(took.known) - median(took.unknown)) < 10,
+      JSON.stringify({ known: median(took.known), unknown: median(took.unknown) }),
+    );
   });
 });
