@@ -67,5 +67,21 @@ describe('migrations', () => {
     } finally {
       await app.end({ timeout: 5 });
     }
+    // As docker-compose.yml hands it to the API and the worker: a URL without the password, and the
+    // password itself, unencoded, in PGPASSWORD.
+    const bare = new URL(database.url);
+    bare.username = 'payments_app';
+    bare.password = '';
+    const saved = process.env.PGPASSWORD;
+    process.env.PGPASSWORD = password;
+    const composed = postgres(bare.toString(), { max: 1, onnotice: () => undefined });
+    try {
+      const [row] = await composed<{ user: string }[]>`select current_user as user`;
+      assert.equal(row?.user, 'payments_app');
+    } finally {
+      await composed.end({ timeout: 5 });
+      if (saved === undefined) delete process.env.PGPASSWORD;
+      else process.env.PGPASSWORD = saved;
+    }
   });
 });
