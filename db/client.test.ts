@@ -7,7 +7,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import postgres from 'postgres';
-import { createSql, type Sql } from './client.ts';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { assertPostgresPatched, createSql, type Sql } from './client.ts';
 import { withTenant } from './tenant.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 
@@ -92,5 +95,17 @@ describe('the application pool, saturated', () => {
     );
     release();
     assert.equal(await transaction, 'committed');
+  });
+
+  it('refuses to start on a postgres.js without the patch (an install that skipped patch-package)', async () => {
+    assert.doesNotThrow(() => assertPostgresPatched());
+    const dir = await mkdtemp(join(tmpdir(), 'unpatched-'));
+    try {
+      const unpatched = join(dir, 'connection.js');
+      await writeFile(unpatched, 'export default function Connection() {}\n');
+      assert.throws(() => assertPostgresPatched(unpatched), /is not patched/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 
 export type Sql = postgres.Sql;
@@ -29,8 +31,32 @@ export const APP_ROLE = 'payments_app';
  */
 const DEFAULT_MAX_PIPELINE = 1;
 
+/** What patches/postgres+3.4.9.patch writes into postgres.js's connection.js. */
+const POSTGRES_PATCH_MARKER = 'porsager/postgres#1189';
+
+let postgresPatchChecked = false;
+
+/**
+ * Throws unless the postgres.js that `import 'postgres'` loads carries our patch: an install with
+ * --ignore-scripts (or a new postgres.js version) skips patch-package, and without the patch a
+ * saturated pool loses acknowledged writes (db/client.test.ts). `connectionJs` is for the test.
+ */
+export function assertPostgresPatched(
+  connectionJs = fileURLToPath(new URL('./connection.js', import.meta.resolve('postgres'))),
+): void {
+  if (readFileSync(connectionJs, 'utf8').includes(POSTGRES_PATCH_MARKER)) return;
+  throw new Error(
+    `postgres.js at ${connectionJs} is not patched (patches/postgres+3.4.9.patch): run \`npm install\`, ` +
+      'whose postinstall applies it with patch-package',
+  );
+}
+
 /** A postgres.js pool with every limit spelled out rather than left to defaults. */
 export function createSql(options: DatabaseOptions): Sql {
+  if (!postgresPatchChecked) {
+    assertPostgresPatched();
+    postgresPatchChecked = true;
+  }
   return postgres(options.url, {
     max: options.poolMax,
     // postgres.js reads max_pipeline but its types omit it.
