@@ -12,7 +12,12 @@ import {
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
 import { formatMinor } from '../workflows/shared/money.ts';
-import type { Environment, TransferSnapshot, TransferStatus } from '../workflows/shared/transfer-settlement.ts';
+import {
+  RAIL_CONFIRMED_SETTLEMENT_PENDING,
+  type Environment,
+  type TransferSnapshot,
+  type TransferStatus,
+} from '../workflows/shared/transfer-settlement.ts';
 import { createSandboxAchRail } from './rails/sandbox-ach.ts';
 import type { PayoutRail, PayoutRails, PayoutStatus, PayoutSubmission } from './rails/types.ts';
 
@@ -50,6 +55,8 @@ const TRANSFER_FAILURE_TYPES = {
   externalAccountNotFound: 'ExternalAccountNotFound',
   notSubmittable: 'TransferNotSubmittable',
   railNotConfigured: 'RailNotConfigured',
+  /** The rail confirmed (paid out) at once but the settling transaction failed: not an unknown outcome. */
+  confirmedNotSettled: RAIL_CONFIRMED_SETTLEMENT_PENDING,
 } as const;
 
 const REASON_LENGTH_MAX = 500;
@@ -170,16 +177,34 @@ export function createTransferActivities(deps: TransferActivityDeps) {
         ? { reference: answer.reference, outcome: answer.outcome }
         : { reference: answer.reference, outcome: answer.outcome, reason: clip(answer.reason) };
     if (settleIfConfirmed && answer.outcome === 'confirmed') {
-      const settled = await transition(
-        input,
-        ['pending', 'processing'],
-        async (tx, current) => {
-          const processing =
-            current.status === 'pending' ? await markRailTransferProcessing(tx, current, answer.reference) : current;
-          return processing && settleRailTransfer(tx, processing, () => newId('sys'));
-        },
-        transfer,
-      );
+      let settled: TransferSnapshot;
+      try {
+        settled = await transition(
+          input,
+          ['pending', 'processing'],
+          async (tx, current) => {
+            const processing =
+              current.status === 'pending' ? await markRailTransferProcessing(tx, current, answer.reference) : current;
+            return processing && settleRailTransfer(tx, processing, () => newId('sys'));
+          },
+          transfer,
+        );
+      } catch (error) {
+        // The rail has paid out: that is known, whatever the settling transaction did. Record the
+        // submission on its own (processing, with the reference) and say so with a failure the
+        // workflow tells apart from an unknown outcome: it then settles with the ledger's retries,
+        // where treating it as unknown would let the confirmation window expire and void the hold of
+        // a payout the bank has made. Should this write fail too, the plain error is retried.
+        await transition(input, ['pending'], (tx, current) =>
+          markRailTransferProcessing(tx, current, answer.reference),
+        );
+        throw ApplicationFailure.create({
+          message: `the rail confirmed ${answer.reference} but settling failed: ${error instanceof Error ? error.message : String(error)}`,
+          type: TRANSFER_FAILURE_TYPES.confirmedNotSettled,
+          nonRetryable: true,
+          details: [submission],
+        });
+      }
       return { submission, settled };
     }
     await transition(

@@ -18,6 +18,7 @@ import { DAY_MS, HOUR_MS, SECOND_MS } from './shared/durations.ts';
 import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
 import {
   awaitTransferOutcomeUpdate,
+  RAIL_CONFIRMED_SETTLEMENT_PENDING,
   railConfirmedSignal,
   railFailedSignal,
   railReturnedSignal,
@@ -51,11 +52,15 @@ const SUBMIT_OPTIONS = {
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
 } as const;
 
-// Ledger writes: each is one short, idempotent transaction. They must happen eventually, so they
-// retry for about two hours before the run fails and shows up for an operator.
+// Ledger writes: each is one short, idempotent transaction. They must happen eventually: a run that
+// gave up would leave the hold pending for good (a refused payout's money locked, a paid-out one never
+// debited, a returned one never credited), and nothing could restart it (its ID is never reused and
+// its outbox row is done). So they retry until they succeed (unlimited attempts, every 5 minutes at
+// most: about 80 history events an hour of outage for a local activity); only a non-retryable
+// failure (the transfer does not exist) ends the run. The attempt count is visible to operators.
 const LEDGER_OPTIONS = {
   startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes', maximumAttempts: 30 },
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes' },
 } as const;
 
 /**
@@ -130,6 +135,13 @@ function activityFailureCause(error: unknown): Error | undefined {
   return error instanceof ApplicationFailure || error instanceof TimeoutFailure ? error : undefined;
 }
 
+/** The submission a confirmed-but-not-settled failure carries, or undefined for any other failure. */
+function confirmedNotSettled(cause: Error): PayoutSubmission | undefined {
+  if (!(cause instanceof ApplicationFailure) || cause.type !== RAIL_CONFIRMED_SETTLEMENT_PENDING) return undefined;
+  const [submission] = (cause.details ?? []) as (PayoutSubmission | undefined)[];
+  return submission?.outcome === 'confirmed' && typeof submission.reference === 'string' ? submission : undefined;
+}
+
 function isRefusal(cause: Error): boolean {
   return cause instanceof ApplicationFailure && cause.nonRetryable === true;
 }
@@ -156,9 +168,13 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   }
   const version: unknown = input.version;
   if (version !== undefined && !SETTLEMENT_VERSIONS.includes(version as SettlementVersion)) {
-    throw ApplicationFailure.nonRetryable(
-      `version must be one of ${SETTLEMENT_VERSIONS.join(', ')} or absent, not ${JSON.stringify(version)}.`,
-      'InvalidSettlementInput',
+    // A version this code does not know comes from a newer API (deployed before this worker) or was
+    // recorded before a rollback: a plain Error fails the workflow task, which is retried until a
+    // worker that knows the version takes it. Failing the run instead would leave the transfer
+    // pending with its hold for good: its workflow ID is never started again.
+    throw new Error(
+      `version must be one of ${SETTLEMENT_VERSIONS.join(', ')} or absent, not ${JSON.stringify(version)}: ` +
+        'waiting for a worker that runs it',
     );
   }
   const ref = { transferId: input.transferId, companyId: input.companyId, environment: input.environment };
@@ -297,6 +313,9 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     } catch (error) {
       const cause = activityFailureCause(error);
       if (cause === undefined) throw error;
+      // The rail confirmed and the submission is recorded (processing): settle by the ledger step.
+      const confirmed = confirmedNotSettled(cause);
+      if (confirmed !== undefined) return confirmed;
       if (isRefusal(cause)) {
         refused = `submission refused: ${cause.message}`;
         return undefined;

@@ -54,6 +54,13 @@ export function transferWorkflowId(companyId: string, environment: Environment, 
 export const TRANSFER_SETTLEMENT_WORKFLOW = 'transferSettlementWorkflow';
 
 /**
+ * The failure type of a submission the rail confirmed (paid out) at once but whose settling
+ * transaction failed; its details carry the PayoutSubmission. Not an unknown outcome: the workflow
+ * settles it by the ledger step. Persisted in histories: never rename it.
+ */
+export const RAIL_CONFIRMED_SETTLEMENT_PENDING = 'RailConfirmedSettlementPending';
+
+/**
  * Sent with update-with-start by the API (update ID = the Idempotency-Key): waits up to `waitMs`
  * for the transfer to leave `pending` (and, when it settles quickly, to settle) and returns where it is.
  */
