@@ -154,10 +154,14 @@ function isRefusal(cause: Error): boolean {
  * voids the hold), is registered with the submission, the step whose outcome can be ambiguous, and
  * runs whenever the payout does not go through.
  *
- * No continue-as-new: each loop is bounded by POLLS_PER_PHASE_MAX (about 11 history events per
- * poll: timer, activity, workflow tasks), so even a pathological input stays under 9,000 events,
- * and the defaults (hourly for 3 days, daily for 60 days) under 1,500 — inside Temporal's history
- * warning threshold (10,240 events) and far from its limit (51,200).
+ * No continue-as-new: each loop is bounded by POLLS_PER_PHASE_MAX. A poll whose answer comes costs
+ * about 11 history events (timer, activity, workflow tasks); a round whose submission outcome stays
+ * unknown about 60 (a marker per local-activity attempt, its backoff timers). With the defaults
+ * (hourly for 3 days, daily for 60 days) a calm run stays under 1,500 events and a rail outage for
+ * the whole confirmation window about 4,300, inside Temporal's history warning threshold (10,240)
+ * and far from its limit (51,200). The shortest poll intervals the input allows (window / 400) could
+ * pass the warning threshold in an outage (about 24,000); the API never sets them. A database
+ * outage adds about 80 events an hour while a ledger write retries (LEDGER_OPTIONS).
  */
 export async function transferSettlementWorkflow(input: TransferSettlementInput): Promise<TransferSnapshot> {
   if (!input?.transferId || !input.companyId || (input.environment !== 'sandbox' && input.environment !== 'live')) {
