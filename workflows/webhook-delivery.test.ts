@@ -89,8 +89,16 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
 
   async function newTenant(): Promise<Tenant> {
     tenantNumber += 1;
-    const tenant = await provisionTenant(database.sql, { name: `Hooks ${tenantNumber}`, ownerEmail: `hooks${tenantNumber}@example.com` }, SYSTEM_ACTOR);
-    return { companyId: tenant.company.id, walletId: tenant.sandbox.usdWalletId, accountId: tenant.sandbox.usdAccountId };
+    const tenant = await provisionTenant(
+      database.sql,
+      { name: `Hooks ${tenantNumber}`, ownerEmail: `hooks${tenantNumber}@example.com` },
+      SYSTEM_ACTOR,
+    );
+    return {
+      companyId: tenant.company.id,
+      walletId: tenant.sandbox.usdWalletId,
+      accountId: tenant.sandbox.usdAccountId,
+    };
   }
 
   async function receiver(...args: Parameters<typeof startWebhookReceiver>): Promise<WebhookReceiver> {
@@ -120,17 +128,28 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
   }
 
   /** Dispatches pending events (as the worker's dispatcher loop does) and returns the delivery's handle. */
-  async function dispatch(eventId: string, endpointId: string): Promise<WorkflowHandle<typeof webhookDeliveryWorkflow>> {
+  async function dispatch(
+    eventId: string,
+    endpointId: string,
+  ): Promise<WorkflowHandle<typeof webhookDeliveryWorkflow>> {
     const result = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
     assert.equal(result.failed, 0);
-    return env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(webhookDeliveryWorkflowId(eventId, endpointId));
+    return env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(
+      webhookDeliveryWorkflowId(eventId, endpointId),
+    );
   }
 
-  function verify(secret: string, request: ReceivedWebhook): { id: string; type: string; data: { object: Record<string, unknown>; version: number } } {
+  function verify(
+    secret: string,
+    request: ReceivedWebhook,
+  ): { id: string; type: string; data: { object: Record<string, unknown>; version: number } } {
     return new Webhook(secret).verify(request.body, request.headers) as never;
   }
 
-  async function replay(handle: { fetchHistory(): Promise<temporal.api.history.v1.IHistory>; workflowId: string }, recordAs?: string) {
+  async function replay(
+    handle: { fetchHistory(): Promise<temporal.api.history.v1.IHistory>; workflowId: string },
+    recordAs?: string,
+  ) {
     const history = await handle.fetchHistory();
     await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
     if (recordAs && process.env.UPDATE_HISTORIES === '1') {
@@ -173,7 +192,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const { signature, ...object } = payload.data.object;
     assert.equal(await signer.verify(object, signature as string), true, 'the transfer inside the event is signed');
     // A forged body or a wrong secret does not verify.
-    assert.throws(() => new Webhook(endpoint.secret).verify(request.body.replace('settled', 'failed'), request.headers));
+    assert.throws(() =>
+      new Webhook(endpoint.secret).verify(request.body.replace('settled', 'failed'), request.headers),
+    );
 
     const attempts = await attemptsOf(tenant.companyId, endpoint.id);
     assert.equal(attempts.length, 1);
@@ -192,7 +213,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
 
   it('walks the whole schedule: seven failures then success, same webhook-id, every signature valid', async () => {
     const big = 'x'.repeat(4096) + 'é';
-    const { tenant, hooks, endpoint } = await subscribedTenant((_request, index) => (index < 7 ? { status: index % 2 ? 500 : 404, body: big } : { status: 204 }));
+    const { tenant, hooks, endpoint } = await subscribedTenant((_request, index) =>
+      index < 7 ? { status: index % 2 ? 500 : 404, body: big } : { status: 204 },
+    );
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     const started = Date.now();
@@ -230,13 +253,20 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const watcher = await receiver();
     const scope = { companyId: tenant.companyId, environment: 'sandbox' as const };
     const endpoint = await createWebhookEndpoint(appSql, scope, { url: hooks.url }, POLICY);
-    const other = await createWebhookEndpoint(appSql, scope, { url: watcher.url, events: ['webhook_endpoint.disabled'] }, POLICY);
+    const other = await createWebhookEndpoint(
+      appSql,
+      scope,
+      { url: watcher.url, events: ['webhook_endpoint.disabled'] },
+      POLICY,
+    );
     const { eventId } = await transfer(tenant);
     const handle = await dispatch(eventId, endpoint.id);
     assert.deepEqual(await handle.result(), { status: 'failed', attempts: 8, endpointDisabled: true });
     assert.equal(hooks.received.length, 8);
 
-    const current = await withTenant(database.sql, tenant.companyId, (tx) => findWebhookEndpoint(tx, scope, endpoint.id));
+    const current = await withTenant(database.sql, tenant.companyId, (tx) =>
+      findWebhookEndpoint(tx, scope, endpoint.id),
+    );
     assert.equal(current?.status, 'disabled');
     assert.match(current?.disabledReason ?? '', /Every attempt to deliver/);
     const [disabled] = await database.sql<{ id: string; object_version: number }[]>`
@@ -252,7 +282,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.equal(payload.data.object.id, endpoint.id);
     assert.equal(payload.data.object.enabled, false);
     assert.equal('secret' in payload.data.object, false);
-    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    const [delivery] = await database.sql<
+      { status: string }[]
+    >`select status from webhook_deliveries where event_id = ${eventId}`;
     assert.equal(delivery?.status, 'failed');
     await replay(handle, 'exhausted');
 
@@ -261,13 +293,16 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const fanned = await dispatchWebhookEvents({ sql: database.sql, temporal: env.client }, { batchSize: 100 });
     assert.equal(fanned.deliveries, 0);
     await changeWebhookEndpoint(appSql, scope, endpoint.id, { enabled: true }, POLICY);
-    const [enabled] = await database.sql`select 1 from events where object_id = ${endpoint.id} and type = 'webhook_endpoint.enabled'`;
+    const [enabled] =
+      await database.sql`select 1 from events where object_id = ${endpoint.id} and type = 'webhook_endpoint.enabled'`;
     assert.ok(enabled);
   });
 
   it('does not disable an endpoint that succeeded since the failed delivery began', async () => {
     let doomed = '';
-    const { tenant, scope, endpoint } = await subscribedTenant((request) => (request.headers['webhook-id'] === doomed ? { status: 500 } : { status: 200 }));
+    const { tenant, scope, endpoint } = await subscribedTenant((request) =>
+      request.headers['webhook-id'] === doomed ? { status: 500 } : { status: 200 },
+    );
     const first = await transfer(tenant);
     doomed = first.eventId;
     const handle = await dispatch(first.eventId, endpoint.id);
@@ -277,7 +312,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const secondHandle = await dispatch(second.eventId, endpoint.id);
     assert.equal((await secondHandle.result()).status, 'succeeded');
     assert.deepEqual(await handle.result(), { status: 'failed', attempts: 8, endpointDisabled: false });
-    const current = await withTenant(database.sql, tenant.companyId, (tx) => findWebhookEndpoint(tx, scope, endpoint.id));
+    const current = await withTenant(database.sql, tenant.companyId, (tx) =>
+      findWebhookEndpoint(tx, scope, endpoint.id),
+    );
     assert.equal(current?.status, 'enabled');
   });
 
@@ -300,7 +337,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.equal(result.status, 'canceled');
     assert.ok(result.attempts <= 2);
     assert.ok(hooks.received.length <= 1);
-    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    const [delivery] = await database.sql<
+      { status: string }[]
+    >`select status from webhook_deliveries where event_id = ${eventId}`;
     assert.equal(delivery?.status, 'canceled');
     await replay(handle, 'endpoint-deleted');
   });
@@ -344,8 +383,16 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const { eventId } = await transfer(tenant);
     await (await dispatch(eventId, endpoint.id)).result();
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
-    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
-    const again = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
+    const resend = await resendWebhookEvent(deps, scope, {
+      endpointId: endpoint.id,
+      eventId,
+      idempotencyKey: 'resend-1',
+    });
+    const again = await resendWebhookEvent(deps, scope, {
+      endpointId: endpoint.id,
+      eventId,
+      idempotencyKey: 'resend-1',
+    });
     assert.equal(again.workflowId, resend.workflowId);
     const handle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
     assert.deepEqual(await handle.result(), { kind: 'delivered', statusCode: 200 });
@@ -357,8 +404,14 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     // request is made again under the same webhook-id, which is what receivers deduplicate on.
     const keys = await database.sql<{ attempt_key: string }[]>`
       select attempt_key from webhook_attempts where endpoint_id = ${endpoint.id} order by started_at`;
-    const logical = [...new Set(keys.map((row) => row.attempt_key.split('#')[0]!))].map((key) => key.split(':')[0]).sort();
-    assert.deepEqual(logical, ['manual', 'scheduled'], `one scheduled and one manual attempt; tries: ${JSON.stringify(keys)}`);
+    const logical = [...new Set(keys.map((row) => row.attempt_key.split('#')[0]!))]
+      .map((key) => key.split(':')[0])
+      .sort();
+    assert.deepEqual(
+      logical,
+      ['manual', 'scheduled'],
+      `one scheduled and one manual attempt; tries: ${JSON.stringify(keys)}`,
+    );
     assert.ok(hooks.received.length >= 2);
     for (const request of hooks.received) {
       assert.equal(request.headers['webhook-id'], eventId);
@@ -369,11 +422,17 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
 
   it('still delivers on schedule an event resent by hand before it was dispatched, when the resend failed', async () => {
     let down = true;
-    const { tenant, scope, hooks, endpoint } = await subscribedTenant(() => (down ? { status: 503, body: 'down' } : { status: 200 }));
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant(() =>
+      down ? { status: 503, body: 'down' } : { status: 200 },
+    );
     const { eventId } = await transfer(tenant);
     // The resend creates the delivery before the dispatcher has seen the event.
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
-    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-before-dispatch' });
+    const resend = await resendWebhookEvent(deps, scope, {
+      endpointId: endpoint.id,
+      eventId,
+      idempotencyKey: 'resend-before-dispatch',
+    });
     const resendHandle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
     assert.equal((await resendHandle.result()).kind, 'failed');
     down = false;
@@ -383,11 +442,16 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
     const deliveries = await database.sql<{ id: string; status: string }[]>`
       select id, status from webhook_deliveries where event_id = ${eventId}`;
-    assert.deepEqual(deliveries.map((row) => ({ ...row })), [{ id: resend.deliveryId, status: 'succeeded' }]);
+    assert.deepEqual(
+      deliveries.map((row) => ({ ...row })),
+      [{ id: resend.deliveryId, status: 'succeeded' }],
+    );
     // The resend's tries failed (a retried try is a row of its own); then the scheduled attempt got through.
     const attempts = (await attemptsOf(tenant.companyId, endpoint.id)).reverse();
     assert.equal(attempts[0]!.trigger, 'manual');
-    assert.ok(attempts.filter((attempt) => attempt.trigger === 'manual').every((attempt) => attempt.state === 'failed'));
+    assert.ok(
+      attempts.filter((attempt) => attempt.trigger === 'manual').every((attempt) => attempt.state === 'failed'),
+    );
     assert.deepEqual([attempts.at(-1)!.trigger, attempts.at(-1)!.state], ['scheduled', 'succeeded']);
     assert.equal(hooks.received.at(-1)!.headers['webhook-id'], eventId);
   });
@@ -396,14 +460,23 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const { tenant, scope, hooks, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
-    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-delivered-before-dispatch' });
-    assert.equal((await env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId).result()).kind, 'delivered');
+    const resend = await resendWebhookEvent(deps, scope, {
+      endpointId: endpoint.id,
+      eventId,
+      idempotencyKey: 'resend-delivered-before-dispatch',
+    });
+    assert.equal(
+      (await env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId).result()).kind,
+      'delivered',
+    );
     const received = hooks.received.length;
 
     const handle = await dispatch(eventId, endpoint.id);
     assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
     assert.equal(hooks.received.length, received, 'the delivery had got through: no second request');
-    const [delivery] = await database.sql<{ status: string }[]>`select status from webhook_deliveries where event_id = ${eventId}`;
+    const [delivery] = await database.sql<
+      { status: string }[]
+    >`select status from webhook_deliveries where event_id = ${eventId}`;
     assert.equal(delivery?.status, 'succeeded');
   });
 
@@ -450,7 +523,9 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.ok(pass.started >= 1);
     const handle = env.client.workflow.getHandle<typeof webhookDeliveryWorkflow>(workflowId);
     assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 1 });
-    const [outbox] = await database.sql<{ dispatched_at: Date | null }[]>`select dispatched_at from outbox where workflow_id = ${workflowId}`;
+    const [outbox] = await database.sql<
+      { dispatched_at: Date | null }[]
+    >`select dispatched_at from outbox where workflow_id = ${workflowId}`;
     assert.ok(outbox?.dispatched_at);
   });
 
@@ -473,7 +548,10 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
 
     const refused = await dispatchWebhookEvents({ sql: database.sql, temporal: refusing }, { batchSize: 100 });
     assert.ok(refused.deliveries >= 1 && refused.failed >= 1, JSON.stringify(refused));
-    assert.deepEqual({ ...(await outboxRow()) }, { dispatched_at: null, attempts: 1, last_error: 'Error: Temporal is unavailable' });
+    assert.deepEqual(
+      { ...(await outboxRow()) },
+      { dispatched_at: null, attempts: 1, last_error: 'Error: Temporal is unavailable' },
+    );
 
     // Once it is old enough to count as stranded, a pass that does not look for stranded deliveries
     // leaves it; one that looks starts it, counted as a restart, not as a new delivery.
@@ -532,6 +610,91 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
         ['scheduled:2#2', 'in_flight'],
       ],
     );
+  });
+
+  /**
+   * A database-level fault on `table`: rows matching `condition` (SQL over `new`) fail to be written,
+   * `times` times, as during an outage (security definer: the worker's role need not see the sequence).
+   */
+  async function failWrites(
+    name: string,
+    table: string,
+    condition: string,
+    times: number,
+  ): Promise<() => Promise<void>> {
+    await database.sql.unsafe(`
+      create sequence ${name}_seq;
+      create function ${name}() returns trigger language plpgsql security definer as $$
+      begin
+        if (${condition}) and nextval('${name}_seq') <= ${times} then
+          raise exception 'injected: the database is unavailable' using errcode = '57P01';
+        end if;
+        return new;
+      end $$;
+      create trigger ${name} before update on ${table} for each row execute function ${name}();`);
+    return async () => {
+      await database.sql.unsafe(
+        `drop trigger ${name} on ${table}; drop function ${name}(); drop sequence ${name}_seq;`,
+      );
+    };
+  }
+
+  it('concludes an exhausted delivery however long the database stays unavailable (more than the 30 tries of ~2 h)', async () => {
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant(() => ({ status: 503 }));
+    const { eventId } = await transfer(tenant);
+    const heal = await failWrites(
+      'fault_conclude',
+      'webhook_deliveries',
+      `new.event_id = '${eventId}' and new.status = 'failed'`,
+      40,
+    );
+    try {
+      const handle = await dispatch(eventId, endpoint.id);
+      assert.deepEqual(await handle.result(), { status: 'failed', attempts: 8, endpointDisabled: true });
+    } finally {
+      await heal();
+    }
+    assert.equal(hooks.received.length, 8);
+    const [delivery] = await database.sql<
+      { status: string }[]
+    >`select status from webhook_deliveries where event_id = ${eventId}`;
+    assert.equal(delivery?.status, 'failed');
+    const current = await withTenant(database.sql, tenant.companyId, (tx) =>
+      findWebhookEndpoint(tx, scope, endpoint.id),
+    );
+    assert.equal(current?.status, 'disabled');
+  });
+
+  it('records as succeeded a last attempt answered 2xx whose closing write failed for longer than 12 tries, and disables nothing', async () => {
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant((_request, index) =>
+      index < 7 ? { status: 503 } : { status: 200 },
+    );
+    const { eventId } = await transfer(tenant);
+    const heal = await failWrites(
+      'fault_close',
+      'webhook_attempts',
+      `new.event_id = '${eventId}' and new.state = 'succeeded'`,
+      15,
+    );
+    try {
+      const handle = await dispatch(eventId, endpoint.id);
+      assert.deepEqual(await handle.result(), { status: 'succeeded', attempts: 8 });
+    } finally {
+      await heal();
+    }
+    // The 2xx was sent again (at least once, same webhook-id) until it could be recorded.
+    assert.ok(hooks.received.length > 8);
+    for (const request of hooks.received) assert.equal(request.headers['webhook-id'], eventId);
+    const [delivery] = await database.sql<
+      { status: string }[]
+    >`select status from webhook_deliveries where event_id = ${eventId}`;
+    assert.equal(delivery?.status, 'succeeded');
+    const current = await withTenant(database.sql, tenant.companyId, (tx) =>
+      findWebhookEndpoint(tx, scope, endpoint.id),
+    );
+    assert.equal(current?.status, 'enabled');
+    const open = await database.sql`select 1 from webhook_attempts where event_id = ${eventId} and state = 'in_flight'`;
+    assert.equal(open.length, 0, 'no attempt is left in flight');
   });
 
   it('cancels a delivery whose payload is over the size limit, recording why', async () => {

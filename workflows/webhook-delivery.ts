@@ -10,18 +10,24 @@ import {
 } from './shared/webhooks.ts';
 
 // One attempt is one HTTP request (its own timeout is at most 30 s) plus two short transactions. The
-// activity is retried only for what is not the receiver's answer: the endpoint's in-flight limit is
-// reached, the database is unreachable, or the worker died mid-attempt (same webhook-id every time).
+// receiver's answer (2xx, another status, no answer in time) is returned, never thrown, so every
+// failure of the activity is ours: the endpoint's in-flight limit is reached, the database is
+// unreachable or the answer could not be recorded, or the worker died mid-attempt (same webhook-id
+// every time). None of those is the receiver failing, so the activity never gives up on them: an
+// attempt that gave up would count as one of the eight failures, and on the last one fail the
+// delivery and disable an endpoint that was never asked, or that answered 2xx.
 const { attemptWebhookDelivery } = proxyActivities<WebhookActivities>({
   startToCloseTimeout: '1 minute',
   heartbeatTimeout: '5 seconds',
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 12 },
+  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
 
-// Bookkeeping after the last attempt: must happen, so it retries for longer.
+// Bookkeeping after the last attempt: must happen, so it never gives up. A run that failed here would
+// leave the delivery pending and the failing endpoint enabled for good: its workflow ID is never
+// started again (REJECT_DUPLICATE) and its outbox row is done.
 const { concludeWebhookDelivery } = proxyActivities<WebhookActivities>({
   startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes', maximumAttempts: 30 },
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes' },
 });
 
 function publish(input: WebhookDeliveryInput, status: string): void {
@@ -33,11 +39,15 @@ function publish(input: WebhookDeliveryInput, status: string): void {
   ]);
 }
 
-async function attempt(input: WebhookDeliveryInput, trigger: 'scheduled' | 'manual', attemptKey: string): Promise<AttemptOutcome> {
+async function attempt(
+  input: WebhookDeliveryInput,
+  trigger: 'scheduled' | 'manual',
+  attemptKey: string,
+): Promise<AttemptOutcome> {
   try {
     return await attemptWebhookDelivery({ eventId: input.eventId, endpointId: input.endpointId, trigger, attemptKey });
   } catch (error) {
-    // The activity gave up (e.g. the endpoint stayed at its in-flight limit): this attempt failed.
+    // Only a non-retryable failure gets here (the activity never gives up on retryable ones).
     if (error instanceof ActivityFailure) {
       log.warn('webhook attempt could not be made', { attemptKey, error: error.cause?.message ?? error.message });
       return { kind: 'failed', statusCode: null, error: error.cause?.message ?? error.message };
@@ -68,7 +78,11 @@ export async function webhookDeliveryWorkflow(input: WebhookDeliveryInput): Prom
       return { status: 'canceled', attempts };
     }
   }
-  const { endpointDisabled } = await concludeWebhookDelivery({ eventId: input.eventId, endpointId: input.endpointId, status: 'failed' });
+  const { endpointDisabled } = await concludeWebhookDelivery({
+    eventId: input.eventId,
+    endpointId: input.endpointId,
+    status: 'failed',
+  });
   publish(input, 'failed');
   return { status: 'failed', attempts, endpointDisabled };
 }
