@@ -681,23 +681,31 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     await replay(handle, 'submission-refused');
   });
 
-  it('settles a payout the rail confirmed at once when the settling write fails for a while, instead of expiring it', async () => {
-    const payout = await createPayout('70.00', { confirmationTimeoutMs: 30 * 60 * 1000, returnWindowMs: HOUR_MS });
-    // The settling transaction fails (a bug, a constraint, an outage of that write) until it is fixed.
-    const fault = `refuse_settle_${payout.transferId}`;
+  /** Makes every move of the transfer to `status` fail (a bug, a constraint, an outage of that write) until healed. */
+  async function refuseStatus(transferId: string, status: 'settled' | 'failed'): Promise<() => Promise<void>> {
+    const fault = `refuse_${status}_${transferId}`;
     await database.sql.unsafe(`
       create function ${fault}() returns trigger language plpgsql as $$ begin
-        if new.id = '${payout.transferId}' and new.status = 'settled' then raise exception 'settling fails'; end if;
+        if new.id = '${transferId}' and new.status = '${status}' then raise exception 'moving to ${status} fails'; end if;
         return new;
       end $$;
       create trigger ${fault} before update on transfers for each row execute function ${fault}();`);
+    return async () => {
+      await database.sql.unsafe(`drop trigger ${fault} on transfers; drop function ${fault}();`);
+    };
+  }
+
+  it('settles a payout the rail confirmed at once when the settling write fails for a while, instead of expiring it', async () => {
+    const payout = await createPayout('70.00', { confirmationTimeoutMs: 30 * 60 * 1000, returnWindowMs: HOUR_MS });
+    // The settling transaction fails (a bug, a constraint, an outage of that write) until it is fixed.
+    const heal = await refuseStatus(payout.transferId, 'settled');
     const handle = await start(payout);
     // The rail confirmed (paid out): the submission is recorded on its own, and the settlement retried.
     await waitFor('the submission recorded', async () => (await statuses(payout)).includes('processing'));
     await env.sleep(HOUR_MS); // past the confirmation timeout: a payout the rail confirmed never expires
     assert.equal((await handle.describe()).status.name, 'RUNNING');
     await assertHeld(payout);
-    await database.sql.unsafe(`drop trigger ${fault} on transfers; drop function ${fault}();`);
+    await heal();
     const final = await handle.result();
     assert.equal(final.status, 'settled');
     assert.equal(observed.submits.get(payout.transferId), 1, 'submitted once: the answer was known, not unknown');
@@ -708,19 +716,13 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
 
   it('keeps retrying a ledger write that fails for hours, and voids the hold once it goes through', async () => {
     const payout = await createPayout('100.13'); // the bank refuses at once: the hold must be voided
-    const fault = `refuse_fail_${payout.transferId}`;
-    await database.sql.unsafe(`
-      create function ${fault}() returns trigger language plpgsql as $$ begin
-        if new.id = '${payout.transferId}' and new.status = 'failed' then raise exception 'failing fails'; end if;
-        return new;
-      end $$;
-      create trigger ${fault} before update on transfers for each row execute function ${fault}();`);
+    const heal = await refuseStatus(payout.transferId, 'failed');
     const handle = await start(payout);
     await waitFor('the refusal recorded', async () => (await statuses(payout)).includes('processing'));
     await env.sleep(4 * HOUR_MS); // longer than 30 attempts took (about 1.8 hours)
     assert.equal((await handle.describe()).status.name, 'RUNNING', 'the run waits for the database, it does not fail');
     await assertHeld(payout);
-    await database.sql.unsafe(`drop trigger ${fault} on transfers; drop function ${fault}();`);
+    await heal();
     const final = await handle.result();
     assert.equal(final.status, 'failed');
     assert.equal(final.failureReason, 'R01 insufficient funds at receiving bank');
