@@ -31,10 +31,6 @@ export interface SandboxRouteDeps {
   rails: { temporal: Client };
 }
 
-/**
- * Simulation controls for the sandbox's external rails: what a bank would report, delivered to the
- * transfer's settlement workflow as the same signal a real rail webhook sends.
- */
 /** How long a return waits for the run to say where it is (a worker must answer the query). */
 const RUN_QUERY_WAIT_MS = 3_000;
 
@@ -51,6 +47,10 @@ async function runStatus(temporal: Client, handle: WorkflowHandle): Promise<stri
   }
 }
 
+/**
+ * Simulation controls for the sandbox's external rails: what a bank would report, delivered to the
+ * transfer's settlement workflow as the same signal a real rail webhook sends.
+ */
 function simulation(action: Action, deps: SandboxRouteDeps) {
   return defineRoute({
     method: 'POST',
