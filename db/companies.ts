@@ -91,7 +91,10 @@ export async function findMasterCompany(tx: TransactionSql | Sql): Promise<Compa
   return row ? toCompany(row) : undefined;
 }
 
-/** Marks a company verified (idempotent: an already verified company keeps its first date). */
+/**
+ * Marks a company verified. Changes only a company not verified yet and returns undefined otherwise,
+ * so of repeated or concurrent verifications exactly one changes the row (and is audited).
+ */
 export async function markCompanyVerified(
   tx: TransactionSql | Sql,
   id: string,
@@ -99,8 +102,8 @@ export async function markCompanyVerified(
 ): Promise<Company | undefined> {
   const [row] = await tx<CompanyRow[]>`
     update companies
-    set verification_status = 'verified', verified_at = coalesce(verified_at, ${at}), updated_at = ${at}
-    where id = ${id}
+    set verification_status = 'verified', verified_at = ${at}, updated_at = ${at}
+    where id = ${id} and verification_status <> 'verified'
     returning *`;
   return row ? toCompany(row) : undefined;
 }
