@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { Sql } from '../../db/client.ts';
 import { createApiKey } from '../../services/api-keys.ts';
 import { actorContext, operatorOf } from '../auth/authenticate.ts';
+import { respondWithSecretOnce } from '../middleware/idempotency.ts';
 import { defineRoute } from '../route.ts';
 import { apiKeyResource } from './api-key-resource.ts';
 
@@ -39,11 +40,8 @@ export function postApiKey(deps: { sql: Sql }) {
         actorContext(ctx),
       );
       ctx.status = 201;
-      ctx.set('Cache-Control', 'no-store');
-      const resource = apiKeyResource(apiKey);
-      ctx.body = { ...resource, secret };
       // Keys are stored only as hashes: the idempotency store keeps, and a replay shows, no secret.
-      ctx.state.idempotentReplayBody = { ...resource, secret: null };
+      respondWithSecretOnce(ctx, apiKeyResource(apiKey), secret);
     },
   });
 }

@@ -198,6 +198,16 @@ const EMPTY_BODY_STATUSES = new Set([204, 205, 304]);
 const WRITE_METHODS = new Set<string>(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
+ * Answers with `resource` and a secret shown this once (an API key, a webhook signing secret): not
+ * cached on the way, and kept by the idempotency store, so shown by a replay, with `secret: null`.
+ */
+export function respondWithSecretOnce(ctx: Context, resource: Record<string, unknown>, secret: string): void {
+  ctx.set('Cache-Control', 'no-store');
+  ctx.body = { ...resource, secret };
+  ctx.state.idempotentReplayBody = { ...resource, secret: null };
+}
+
+/**
  * SHA-256 over the method, the path with its query string, and the RFC 8785 canonical JSON of the
  * parsed body: the same request however its JSON was spaced or its keys ordered.
  */

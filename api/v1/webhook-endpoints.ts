@@ -17,6 +17,7 @@ import {
 import { notFound } from '../../workflows/shared/errors.ts';
 import { EVENT_TYPES } from '../../workflows/shared/webhooks.ts';
 import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
+import { respondWithSecretOnce } from '../middleware/idempotency.ts';
 import { decodeCursor, toPage, ZPageQuery } from '../pagination.ts';
 import { defineRoute, type RouteDefinition } from '../route.ts';
 
@@ -103,10 +104,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const endpoint = await createWebhookEndpoint(deps.sql, { companyId, environment }, body, deps.webhooks);
         ctx.status = 201;
         ctx.set('Location', `/v1/webhook_endpoints/${endpoint.id}`);
-        const resource = webhookEndpointResource(endpoint);
-        ctx.body = { ...resource, secret: endpoint.secret };
-        // Shown once: the idempotency store keeps (and a replay shows) the endpoint without it.
-        ctx.state.idempotentReplayBody = { ...resource, secret: null };
+        respondWithSecretOnce(ctx, webhookEndpointResource(endpoint), endpoint.secret);
       },
     }),
     defineRoute({
@@ -203,9 +201,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
           params.id,
           body.overlap_seconds,
         );
-        const resource = webhookEndpointResource(endpoint);
-        ctx.body = { ...resource, secret: endpoint.secret };
-        ctx.state.idempotentReplayBody = { ...resource, secret: null };
+        respondWithSecretOnce(ctx, webhookEndpointResource(endpoint), endpoint.secret);
       },
     }),
     defineRoute({

@@ -223,6 +223,7 @@ describe('/v1 webhook endpoints and events', () => {
       idempotencyKey,
     });
     assert.equal(first.status, 201);
+    assert.equal(first.headers.get('cache-control'), 'no-store');
     // The secret is shown once: the replay shows the same endpoint without it.
     assert.deepEqual(again.body, { ...first.body, secret: null });
     assert.equal((await v1('GET', '/v1/webhook_endpoints')).body.data.length, 1);
