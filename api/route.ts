@@ -108,7 +108,7 @@ async function parsePart(
 }
 
 const NUL = '\u0000';
-const NUL_SCAN_DEPTH_MAX = 64;
+const TEXT_SCAN_DEPTH_MAX = 64;
 /**
  * A UTF-16 surrogate without its pair (JSON allows "\ud800"): it is not a Unicode character, RFC 8785
  * canonical JSON refuses it (the idempotency fingerprint and the transfer signature would throw: a
@@ -117,22 +117,23 @@ const NUL_SCAN_DEPTH_MAX = 64;
 const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
- * Strings holding U+0000 anywhere in the input: PostgreSQL text cannot store the character, so
- * such a value is refused here as a 400 naming its field, before it reaches a statement (a 500) or
- * an activity's arguments (retried in vain).
+ * Strings PostgreSQL and canonical JSON cannot take, anywhere in the input: U+0000 (a text column
+ * refuses it) and an unpaired surrogate (RFC 8785 refuses it). Such a value is refused here as a
+ * 400 naming its field, before it reaches a statement or the request fingerprint (a 500) or an
+ * activity's arguments (retried in vain).
  */
-function nulIssues(value: unknown, path: string, issues: ValidationIssue[], depth = 0): void {
+function unstorableTextIssues(value: unknown, path: string, issues: ValidationIssue[], depth = 0): void {
   if (typeof value === 'string') {
     if (value.includes(NUL)) issues.push({ path, message: 'must not contain the NUL character (U+0000)' });
     if (LONE_SURROGATE.test(value))
       issues.push({ path, message: 'must not contain an unpaired surrogate (\\uD800-\\uDFFF)' });
     return;
   }
-  if (typeof value !== 'object' || value === null || depth >= NUL_SCAN_DEPTH_MAX) return;
+  if (typeof value !== 'object' || value === null || depth >= TEXT_SCAN_DEPTH_MAX) return;
   for (const [name, child] of Object.entries(value)) {
     if (name.includes(NUL)) issues.push({ path, message: 'field names must not contain the NUL character (U+0000)' });
     if (LONE_SURROGATE.test(name)) issues.push({ path, message: 'field names must not contain an unpaired surrogate' });
-    nulIssues(child, `${path}.${name}`, issues, depth + 1);
+    unstorableTextIssues(child, `${path}.${name}`, issues, depth + 1);
   }
 }
 
@@ -156,13 +157,22 @@ function repeatedQueryIssues(query: Record<string, unknown>, issues: ValidationI
  * authenticated route refuses it, naming what the route does take. Public routes (health probes,
  * docs, the JWKS) keep ignoring them, for probes and cache busters.
  */
-function unknownQueryIssues(route: RouteDefinition, query: Record<string, unknown>, issues: ValidationIssue[]): void {
-  if (route.auth.kind === 'public') return;
-  const known = route.query instanceof z.ZodObject ? Object.keys(route.query.shape) : [];
-  const takes = known.length === 0 ? 'this route takes no query parameters' : `this route takes ${known.join(', ')}`;
+function unknownQueryIssues(known: QueryParameters, query: Record<string, unknown>, issues: ValidationIssue[]): void {
+  if (known === 'any') return;
   for (const name of Object.keys(query)) {
-    if (!known.includes(name)) issues.push({ path: `query.${name}`, message: `unknown query parameter; ${takes}` });
+    if (!known.names.has(name))
+      issues.push({ path: `query.${name}`, message: `unknown query parameter; ${known.takes}` });
   }
+}
+
+type QueryParameters = 'any' | { names: ReadonlySet<string>; takes: string };
+
+/** What unknownQueryIssues checks a route's query against, worked out once when it is mounted. */
+function queryParametersOf(route: RouteDefinition): QueryParameters {
+  if (route.auth.kind === 'public') return 'any';
+  const names = route.query instanceof z.ZodObject ? Object.keys(route.query.shape) : [];
+  const takes = names.length === 0 ? 'this route takes no query parameters' : `this route takes ${names.join(', ')}`;
+  return { names: new Set(names), takes };
 }
 
 export interface RouteLayer {
@@ -176,6 +186,7 @@ export interface RouteLayer {
  */
 export function mountRoutes(router: Router, routes: readonly RouteDefinition[], layer: RouteLayer): void {
   for (const route of routes) {
+    const queryParameters = queryParametersOf(route);
     router.register(
       route.path,
       [route.method],
@@ -183,11 +194,11 @@ export function mountRoutes(router: Router, routes: readonly RouteDefinition[], 
         ctx.state.auth = await layer.authenticate(ctx, route.auth);
         const issues: ValidationIssue[] = [];
         const rawBody = (ctx.request as { body?: unknown }).body;
-        nulIssues(ctx.params ?? {}, 'params', issues);
-        nulIssues(ctx.query, 'query', issues);
+        unstorableTextIssues(ctx.params ?? {}, 'params', issues);
+        unstorableTextIssues(ctx.query, 'query', issues);
         repeatedQueryIssues(ctx.query, issues);
-        unknownQueryIssues(route, ctx.query, issues);
-        nulIssues(rawBody, 'body', issues);
+        unknownQueryIssues(queryParameters, ctx.query, issues);
+        unstorableTextIssues(rawBody, 'body', issues);
         if (issues.length > 0) throw problems.validation(issues);
         const params = await parsePart(route.params, ctx.params ?? {}, 'params', issues);
         const query = await parsePart(route.query, ctx.query, 'query', issues);
