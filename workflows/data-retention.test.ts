@@ -26,6 +26,11 @@ import { TASK_QUEUES } from './shared/task-queues.ts';
 import type { dataRetentionWorkflow } from './data-retention.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
+/**
+ * Each test takes seconds. This file has hung until the runner's 5-minute file timeout in a few full
+ * runs, without saying where (no test had finished): a stalled test now fails after this, by name.
+ */
+const STEP_TIMEOUT_MS = 90_000;
 const HISTORY_FIXTURE = join(dirname(fileURLToPath(import.meta.url)), 'histories', 'data-retention.history.json');
 
 describe('dataRetentionWorkflow (time-skipping)', () => {
@@ -96,46 +101,50 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
       return current.sweeps >= sweeps ? current : undefined;
     });
 
-  it('sweeps once a day for days in seconds, continues as new, and replays deterministically', async () => {
-    await seed('expired-at-start', 8 * DAY_MS);
-    await seed('expires-on-day-1', 6.5 * DAY_MS);
-    await seed('expires-on-day-2', 5.5 * DAY_MS);
-    await seed('still-fresh', 0);
-    await seed('never-dispatched', null);
-    const startedAt = Date.now();
-    const handle = await start({ sweepsPerRun: 3 });
-    const firstRunId = handle.firstExecutionRunId;
+  it(
+    'sweeps once a day for days in seconds, continues as new, and replays deterministically',
+    { timeout: STEP_TIMEOUT_MS },
+    async () => {
+      await seed('expired-at-start', 8 * DAY_MS);
+      await seed('expires-on-day-1', 6.5 * DAY_MS);
+      await seed('expires-on-day-2', 5.5 * DAY_MS);
+      await seed('still-fresh', 0);
+      await seed('never-dispatched', null);
+      const startedAt = Date.now();
+      const handle = await start({ sweepsPerRun: 3 });
+      const firstRunId = handle.firstExecutionRunId;
 
-    assert.equal((await afterSweeps(handle, 1)).deleted, 1);
-    assert.deepEqual(await remaining(), ['expires-on-day-1', 'expires-on-day-2', 'never-dispatched', 'still-fresh']);
+      assert.equal((await afterSweeps(handle, 1)).deleted, 1);
+      assert.deepEqual(await remaining(), ['expires-on-day-1', 'expires-on-day-2', 'never-dispatched', 'still-fresh']);
 
-    await env.sleep('1 day');
-    assert.equal((await afterSweeps(handle, 2)).deleted, 2);
-    assert.deepEqual(await remaining(), ['expires-on-day-2', 'never-dispatched', 'still-fresh']);
+      await env.sleep('1 day');
+      assert.equal((await afterSweeps(handle, 2)).deleted, 2);
+      assert.deepEqual(await remaining(), ['expires-on-day-2', 'never-dispatched', 'still-fresh']);
 
-    await env.sleep('1 day');
-    assert.equal((await afterSweeps(handle, 3)).deleted, 3);
-    assert.deepEqual(await remaining(), ['never-dispatched', 'still-fresh']);
+      await env.sleep('1 day');
+      assert.equal((await afterSweeps(handle, 3)).deleted, 3);
+      assert.deepEqual(await remaining(), ['never-dispatched', 'still-fresh']);
 
-    // After three sweeps the run continues as new, carrying its totals, and sweeps again at once.
-    await env.sleep('1 day');
-    const carried = await afterSweeps(handle, 4);
-    assert.equal(carried.deleted, 3);
-    const latest = await env.client.workflow.getHandle(handle.workflowId).describe();
-    assert.notEqual(latest.runId, firstRunId);
-    assert.equal(
-      (await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name,
-      'CONTINUED_AS_NEW',
-    );
-    assert.ok(Date.now() - startedAt < 60_000, 'three days of timers took under a minute of real time');
+      // After three sweeps the run continues as new, carrying its totals, and sweeps again at once.
+      await env.sleep('1 day');
+      const carried = await afterSweeps(handle, 4);
+      assert.equal(carried.deleted, 3);
+      const latest = await env.client.workflow.getHandle(handle.workflowId).describe();
+      assert.notEqual(latest.runId, firstRunId);
+      assert.equal(
+        (await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name,
+        'CONTINUED_AS_NEW',
+      );
+      assert.ok(Date.now() - startedAt < 60_000, 'three days of timers took under a minute of real time');
 
-    const history = await env.client.workflow.getHandle(handle.workflowId, firstRunId).fetchHistory();
-    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
-    if (process.env.UPDATE_HISTORIES === '1') await writeFile(HISTORY_FIXTURE, historyToJSON(history));
-    await env.client.workflow.getHandle(handle.workflowId).terminate('test done');
-  });
+      const history = await env.client.workflow.getHandle(handle.workflowId, firstRunId).fetchHistory();
+      await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
+      if (process.env.UPDATE_HISTORIES === '1') await writeFile(HISTORY_FIXTURE, historyToJSON(history));
+      await env.client.workflow.getHandle(handle.workflowId).terminate('test done');
+    },
+  );
 
-  it('retries a transient failure within the sweep', async () => {
+  it('retries a transient failure within the sweep', { timeout: STEP_TIMEOUT_MS }, async () => {
     await seed('expired', 8 * DAY_MS);
     let calls = 0;
     policies = [
@@ -160,7 +169,7 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     await handle.terminate('test done');
   });
 
-  it('survives a sweep that fails for good and sweeps again the next day', async () => {
+  it('survives a sweep that fails for good and sweeps again the next day', { timeout: STEP_TIMEOUT_MS }, async () => {
     await seed('expired', 8 * DAY_MS);
     policies = [
       {
@@ -189,7 +198,7 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     await handle.terminate('test done');
   });
 
-  it('sweeps again soon while a backlog remains', async () => {
+  it('sweeps again soon while a backlog remains', { timeout: STEP_TIMEOUT_MS }, async () => {
     for (let index = 0; index < 5; index++) await seed(`expired-${index}`, 8 * DAY_MS);
     const handle = await start({ batchSize: 2, maxBatches: 1 });
     assert.equal((await afterSweeps(handle, 1)).backlog, true);
@@ -202,32 +211,40 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     await handle.terminate('test done');
   });
 
-  it('joins the running workflow on a duplicate start instead of starting a second one', async () => {
-    // The same start ensureSystemWorkflows makes (its Schedule part needs a real server: see
-    // workflows/idempotency-purge.test.ts, which also checks this on the dev server).
-    const startRetention = () =>
-      env.client.workflow.start('dataRetentionWorkflow', {
-        workflowId: DATA_RETENTION_WORKFLOW_ID,
-        taskQueue: TASK_QUEUES.core,
-        args: [{}],
-        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
-      });
-    const first = await startRetention();
-    const second = await startRetention();
-    assert.equal(second.firstExecutionRunId, first.firstExecutionRunId);
-    await assert.rejects(
-      env.client.workflow.start('dataRetentionWorkflow', {
-        workflowId: DATA_RETENTION_WORKFLOW_ID,
-        taskQueue: TASK_QUEUES.core,
-        args: [{}],
-      }),
-      WorkflowExecutionAlreadyStartedError,
-    );
-    await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).terminate('test done');
-  });
+  it(
+    'joins the running workflow on a duplicate start instead of starting a second one',
+    { timeout: STEP_TIMEOUT_MS },
+    async () => {
+      // The same start ensureSystemWorkflows makes (its Schedule part needs a real server: see
+      // workflows/idempotency-purge.test.ts, which also checks this on the dev server).
+      const startRetention = () =>
+        env.client.workflow.start('dataRetentionWorkflow', {
+          workflowId: DATA_RETENTION_WORKFLOW_ID,
+          taskQueue: TASK_QUEUES.core,
+          args: [{}],
+          workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+        });
+      const first = await startRetention();
+      const second = await startRetention();
+      assert.equal(second.firstExecutionRunId, first.firstExecutionRunId);
+      await assert.rejects(
+        env.client.workflow.start('dataRetentionWorkflow', {
+          workflowId: DATA_RETENTION_WORKFLOW_ID,
+          taskQueue: TASK_QUEUES.core,
+          args: [{}],
+        }),
+        WorkflowExecutionAlreadyStartedError,
+      );
+      await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).terminate('test done');
+    },
+  );
 
-  it('replays the recorded history of an earlier version without non-determinism', async () => {
-    const history = historyFromJSON(JSON.parse(await readFile(HISTORY_FIXTURE, 'utf8')));
-    await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, 'recorded/data-retention');
-  });
+  it(
+    'replays the recorded history of an earlier version without non-determinism',
+    { timeout: STEP_TIMEOUT_MS },
+    async () => {
+      const history = historyFromJSON(JSON.parse(await readFile(HISTORY_FIXTURE, 'utf8')));
+      await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, 'recorded/data-retention');
+    },
+  );
 });
