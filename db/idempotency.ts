@@ -175,6 +175,18 @@ export async function findIdempotencyKey(tx: TransactionSql, id: IdempotencyKeyI
 }
 
 /**
+ * When the key's row was created, as the database's text (microseconds): what tells one claim of a
+ * key from a later claim of the same key after the first row was purged.
+ */
+export async function idempotencyKeyCreatedAt(tx: TransactionSql, id: IdempotencyKeyId): Promise<string> {
+  const [row] = await tx<{ created_at: string }[]>`
+    select created_at::text as created_at from idempotency_keys
+    where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}`;
+  if (!row) throw new Error(`idempotency key ${id.key} is not claimed`);
+  return row.created_at;
+}
+
+/**
  * Takes over a running row whose lease has expired (its request died mid-flight) for a request with
  * the same fingerprint, with a fresh lease. Atomic: of concurrent takers, the row lock lets exactly
  * one see the expired lease; the others re-check the updated row, find a live lease, and get

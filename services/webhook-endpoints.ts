@@ -3,6 +3,7 @@ import type { Client } from '@temporalio/client';
 import { startOnce } from '../platform/workflow-start.ts';
 import type { Sql } from '../db/client.ts';
 import type { Environment } from '../db/ledger.ts';
+import { idempotencyKeyCreatedAt, type IdempotencyKeyId } from '../db/idempotency.ts';
 import { insertOutboxEntry, markOutboxDispatched } from '../db/outbox.ts';
 import { withTenant } from '../db/tenant.ts';
 import {
@@ -153,20 +154,9 @@ export interface ResendDeps {
 export async function resendWebhookEvent(
   deps: ResendDeps,
   scope: Scope,
-  request: { endpointId: string; eventId: string; idempotencyKey: string },
+  request: { endpointId: string; eventId: string; idempotencyKey: IdempotencyKeyId },
 ): Promise<{ resendId: string; workflowId: string; deliveryId: string }> {
-  // The key names one request only while the idempotency layer keeps it (IDEMPOTENCY_TTL_HOURS);
-  // after that a client may use it again for another resend. The endpoint and the event are part
-  // of the ID, so a reused key resending another event starts its own workflow instead of being
-  // refused by Temporal as a duplicate of the old one (REJECT_DUPLICATE) while the API says queued.
-  const resendId = `rs_${createHash('sha256')
-    .update(
-      [scope.companyId, scope.environment, request.endpointId, request.eventId, request.idempotencyKey].join('\u0000'),
-    )
-    .digest('hex')
-    .slice(0, 32)}`;
-  const workflowId = `webhook-resend:${request.endpointId}:${resendId}`;
-  const { input, deliveryId } = await withTenant(deps.sql, scope.companyId, async (tx) => {
+  const { input, deliveryId, resendId, workflowId } = await withTenant(deps.sql, scope.companyId, async (tx) => {
     const endpoint = await lockWebhookEndpoint(tx, scope, request.endpointId);
     if (!endpoint) throw notFound('webhook endpoint');
     if (endpoint.status !== 'enabled') {
@@ -182,6 +172,27 @@ export async function resendWebhookEvent(
         field: 'event',
       });
     const delivery = await ensureDelivery(tx, event, endpoint.id);
+    // The key names one request only while the idempotency layer keeps it (IDEMPOTENCY_TTL_HOURS);
+    // after that a client may use it again, for another resend of another event or of the same
+    // one. The endpoint, the event and the time this request claimed the key are part of the ID,
+    // so a reused key starts a workflow of its own instead of being refused by Temporal as a
+    // duplicate of the old one (REJECT_DUPLICATE) while the API says queued; a request that runs
+    // again under its own claim (its first run died) gets the same ID and resends once.
+    const claimedAt = await idempotencyKeyCreatedAt(tx, request.idempotencyKey);
+    const resendId = `rs_${createHash('sha256')
+      .update(
+        [
+          scope.companyId,
+          scope.environment,
+          request.endpointId,
+          request.eventId,
+          request.idempotencyKey.key,
+          claimedAt,
+        ].join('\u0000'),
+      )
+      .digest('hex')
+      .slice(0, 32)}`;
+    const workflowId = `webhook-resend:${request.endpointId}:${resendId}`;
     const input: WebhookResendInput = { ...scope, eventId: event.id, endpointId: endpoint.id, resendId };
     await insertOutboxEntry(tx, {
       companyId: scope.companyId,
@@ -190,7 +201,7 @@ export async function resendWebhookEvent(
       taskQueue: TASK_QUEUES.core,
       payload: input,
     });
-    return { input, deliveryId: delivery.id };
+    return { input, deliveryId: delivery.id, resendId, workflowId };
   });
   try {
     await deps.temporal.connection.withDeadline(Date.now() + 5_000, () =>

@@ -12,6 +12,7 @@ import { Webhook } from 'standardwebhooks';
 import { createActivities } from '../activities/index.ts';
 import { createWebhookSender } from '../activities/webhooks/http.ts';
 import { type Sql } from '../db/client.ts';
+import { insertRunningIdempotencyKey, type IdempotencyKeyId } from '../db/idempotency.ts';
 import { withSystemScope, withTenant } from '../db/tenant.ts';
 import { findWebhookEndpoint, listAttempts, lockDeliveryContext, openAttempt } from '../db/webhooks.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -378,26 +379,36 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     assert.throws(() => verify(rotated.secret, afterwards));
   });
 
+  /** A key claimed as the idempotency layer claims it before the resend route runs. */
+  async function claimedKey(scope: { companyId: string; environment: 'sandbox' | 'live' }, key: string) {
+    const id: IdempotencyKeyId = { ...scope, key };
+    await withTenant(appSql, scope.companyId, (tx) =>
+      insertRunningIdempotencyKey(tx, {
+        ...id,
+        requestMethod: 'POST',
+        requestPath: '/v1/webhook_endpoints/resend',
+        requestHash: Buffer.alloc(32),
+        leaseMs: 60_000,
+        ttlMs: 24 * 60 * 60 * 1000,
+      }),
+    );
+    return id;
+  }
+
   it('resends by hand: one manual attempt with the original webhook-id, once per idempotency key', async () => {
     const { tenant, scope, hooks, endpoint } = await subscribedTenant();
     const { eventId } = await transfer(tenant);
     await (await dispatch(eventId, endpoint.id)).result();
     const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
-    const resend = await resendWebhookEvent(deps, scope, {
-      endpointId: endpoint.id,
-      eventId,
-      idempotencyKey: 'resend-1',
-    });
-    const again = await resendWebhookEvent(deps, scope, {
-      endpointId: endpoint.id,
-      eventId,
-      idempotencyKey: 'resend-1',
-    });
+    const key = await claimedKey(scope, 'resend-1');
+    const resend = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: key });
+    // The request runs again under the same claim (its first run died after starting the workflow).
+    const again = await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: key });
     assert.equal(again.workflowId, resend.workflowId);
     const handle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
     assert.deepEqual(await handle.result(), { kind: 'delivered', statusCode: 200 });
-    // The same key again after the resend finished: refused by Temporal (REJECT_DUPLICATE), nothing sent.
-    await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: 'resend-1' });
+    // The same claim again after the resend finished: refused by Temporal (REJECT_DUPLICATE), nothing sent.
+    await resendWebhookEvent(deps, scope, { endpointId: endpoint.id, eventId, idempotencyKey: key });
     await new Promise((resolve) => setTimeout(resolve, 300));
     // Exactly one logical resend for the key. Delivery is at least once: if an activity try is
     // retried (the time-skipping server may skip past its heartbeat timeout while it runs), the
@@ -420,6 +431,33 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     await replay(handle, 'resend');
   });
 
+  it('resends again under a key reused after its first use was purged, for the same event', async () => {
+    const { tenant, scope, hooks, endpoint } = await subscribedTenant();
+    const { eventId } = await transfer(tenant);
+    const deps = { sql: appSql, temporal: env.client, logger: pino({ level: 'silent' }) };
+    const resend = async () => {
+      const started = await resendWebhookEvent(deps, scope, {
+        endpointId: endpoint.id,
+        eventId,
+        idempotencyKey: await claimedKey(scope, 'resend-reused'),
+      });
+      const handle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(started.workflowId);
+      assert.deepEqual(await handle.result(), { kind: 'delivered', statusCode: 200 });
+      return started;
+    };
+    const first = await resend();
+    // The key's retention ended and the purge removed it; the client uses the same key again.
+    await database.sql`
+      delete from idempotency_keys where company_id = ${scope.companyId} and key = 'resend-reused'`;
+    const second = await resend();
+    assert.notEqual(second.workflowId, first.workflowId, 'a new claim of the key is a new resend');
+    assert.notEqual(second.resendId, first.resendId);
+    const manual = await database.sql<{ attempt_key: string }[]>`
+      select attempt_key from webhook_attempts where endpoint_id = ${endpoint.id} and attempt_key like 'manual:%'`;
+    assert.equal(new Set(manual.map((row) => row.attempt_key.split('#')[0])).size, 2, 'two manual attempts were made');
+    assert.ok(hooks.received.length >= 2);
+  });
+
   it('still delivers on schedule an event resent by hand before it was dispatched, when the resend failed', async () => {
     let down = true;
     const { tenant, scope, hooks, endpoint } = await subscribedTenant(() =>
@@ -431,7 +469,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const resend = await resendWebhookEvent(deps, scope, {
       endpointId: endpoint.id,
       eventId,
-      idempotencyKey: 'resend-before-dispatch',
+      idempotencyKey: await claimedKey(scope, 'resend-before-dispatch'),
     });
     const resendHandle = env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId);
     assert.equal((await resendHandle.result()).kind, 'failed');
@@ -463,7 +501,7 @@ describe('webhookDeliveryWorkflow (time-skipping, real PostgreSQL, real HTTP rec
     const resend = await resendWebhookEvent(deps, scope, {
       endpointId: endpoint.id,
       eventId,
-      idempotencyKey: 'resend-delivered-before-dispatch',
+      idempotencyKey: await claimedKey(scope, 'resend-delivered-before-dispatch'),
     });
     assert.equal(
       (await env.client.workflow.getHandle<typeof webhookResendWorkflow>(resend.workflowId).result()).kind,

@@ -257,7 +257,11 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
         const resend = await resendWebhookEvent(
           { sql: deps.sql, temporal: deps.rails.temporal, logger: deps.logger },
           { companyId, environment },
-          { endpointId: params.id, eventId: body.event, idempotencyKey: idempotency.key },
+          {
+            endpointId: params.id,
+            eventId: body.event,
+            idempotencyKey: { ...idempotency.scope, key: idempotency.key },
+          },
         );
         ctx.status = 202;
         ctx.body = {
