@@ -10,8 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { findLoginCandidate } from '../db/operators.ts';
 import { withSystemScope } from '../db/tenant.ts';
-import { authenticateApiKey } from '../services/api-keys.ts';
-import { verifyPassword } from '../services/credentials.ts';
+import { authenticateApiKey, revokeApiKey } from '../services/api-keys.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { parseApiKey, verifyPassword } from '../services/credentials.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { freePort } from '../test-support/ports.ts';
 
@@ -77,7 +78,6 @@ async function cli(args: string[], overrides: Record<string, string>): Promise<R
 function assertSucceeded(run: Run): void {
   assert.equal(run.code, 0, `exit ${run.code}\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`);
 }
-
 
 /** The printed credentials work: the password signs in to the company, the key authenticates for it. */
 interface PrintedCredentials {
@@ -200,6 +200,28 @@ describe('cli against DATABASE_URL', { timeout: 300_000 }, () => {
     assert.deepEqual(await readdir(otherDataDir), []);
     assert.equal(await count(database, 'companies'), 2);
     assert.equal(await count(database, 'operators'), 2);
+  });
+
+  it('bootstrap replaces a saved sandbox key that was revoked, and prints the new one from then on', async () => {
+    const companyId: string = first.tenant.companyId;
+    const lookup = parseApiKey(first.tenant.sandboxApiKey)!.lookup;
+    const [key] = await withSystemScope(
+      database.sql,
+      (tx) => tx<{ id: string }[]>`select id from api_keys where lookup = ${lookup}`,
+    );
+    await revokeApiKey(database.sql, { companyId, id: key!.id, revokedBy: null }, SYSTEM_ACTOR);
+    const run = await cli(['bootstrap', '--json'], { ...env, LOG_LEVEL: 'info' }); // info: notes on stderr
+    assertSucceeded(run);
+    const renewed = run.json();
+    assert.notEqual(renewed.tenant.sandboxApiKey, first.tenant.sandboxApiKey);
+    assert.match(renewed.tenant.sandboxApiKey, SANDBOX_KEY);
+    assert.deepEqual(renewed, { ...first, tenant: { ...first.tenant, sandboxApiKey: renewed.tenant.sandboxApiKey } });
+    await assertCredentialsWork(database, renewed.tenant);
+    assert.match(run.stderr, /no longer works/);
+    const again = await cli(['bootstrap', '--json'], env);
+    assertSucceeded(again);
+    assert.equal(JSON.stringify(again.json()), JSON.stringify(renewed), 'kept in bootstrap.json');
+    assert.equal(await count(database, 'api_keys'), 3);
   });
 
   it('company create prints the tenant alone; the same --email again fails with EMAIL_TAKEN', async () => {

@@ -19,7 +19,7 @@ import { findCompany, findMasterCompany } from '../db/companies.ts';
 import { findLoginCandidate, findOperatorByEmail } from '../db/operators.ts';
 import { withSystemScope } from '../db/tenant.ts';
 import { isId } from '../platform/ids.ts';
-import { createApiKey } from '../services/api-keys.ts';
+import { authenticateApiKey, createApiKey } from '../services/api-keys.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { verifyCompany } from '../services/companies.ts';
 import { generatePassword, PASSWORD_MIN_LENGTH, verifyPassword } from '../services/credentials.ts';
@@ -285,6 +285,18 @@ async function ensureMaster(
   return recorded;
 }
 
+/** False when the key is revoked or unknown; a blocked company's key still counts as working. */
+async function sandboxKeyWorks(sql: Sql, secret: string): Promise<boolean> {
+  try {
+    await authenticateApiKey(sql, secret);
+    return true;
+  } catch (error) {
+    if (error instanceof DomainError && error.code === 'INVALID_API_KEY') return false;
+    if (error instanceof DomainError) return true;
+    throw error;
+  }
+}
+
 async function ensureTenant(sql: Sql, path: string, state: TBootstrapFile, output: Output): Promise<TBootstrapFile> {
   const { tenant } = state;
   if (tenant.companyId && tenant.sandboxApiKey) {
@@ -295,7 +307,23 @@ async function ensureTenant(sql: Sql, path: string, state: TBootstrapFile, outpu
         `${path} names tenant company ${tenant.companyId}, which this database does not have`,
       );
     }
-    return state;
+    if (await sandboxKeyWorks(sql, tenant.sandboxApiKey)) return state;
+    // Printing a key that no longer authenticates would hand the user a dead credential with exit 0.
+    const owner = await findOperatorEverywhere(sql, tenant.email);
+    const key = await createApiKey(
+      sql,
+      {
+        companyId: tenant.companyId,
+        environment: 'sandbox',
+        name: 'Default sandbox key',
+        createdBy: owner?.companyId === tenant.companyId ? owner.id : null,
+      },
+      SYSTEM_ACTOR,
+    );
+    const renewed = { ...state, tenant: { ...tenant, sandboxApiKey: key.secret } };
+    await writeBootstrapFile(path, renewed);
+    output.note(`the saved sandbox API key of ${tenant.companyId} no longer works (revoked); issued a new one`);
+    return renewed;
   }
   const existing = await findOperatorEverywhere(sql, tenant.email);
   let companyId: string;
