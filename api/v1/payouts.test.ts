@@ -85,6 +85,7 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     assert.equal(response.body.status, 'settled');
     assert.deepEqual(response.body.out, { amount: '99.50', currency: 'USD' });
     assert.deepEqual(response.body.fee, { amount: '0.500000', currency: 'USDC' });
+    assert.equal(response.body.rate, '1', 'the rate as the quote gave it, without the column’s trailing zeros');
     const { signature, ...unsigned } = response.body;
     assert.equal(await testApp.signer.verify(unsigned, signature), true);
     assert.deepEqual(await wallet(), { available: '9900.000000', pending: '0.000000', posted: '9900.000000' });
@@ -96,6 +97,7 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
     assert.equal((await wallet()).posted, '9900.000000', 'the replay moved nothing');
 
     const detail = await call(testApp, 'GET', `/v1/transfers/${response.body.id}`, { token: tenant.sandboxApiKey });
+    assert.equal(detail.body.rate, '1');
     assert.deepEqual(
       detail.body.status_history.map((change: { status: string }) => change.status),
       ['pending', 'processing', 'settled'],

@@ -29,6 +29,11 @@ function historyResource(history: StatusChange[] | undefined) {
  * two accounts. External rails: Response A (`out` in decimal strings) plus what was sent and the fee.
  * Neither shows `version` or `updatedAt` (a new payout is answered without them: services/rail-transfers.ts).
  */
+/** `1.000000000000000000` (numeric(38, 18) as text) → `1`; `0.920000` → `0.92`: the rate the quote gave. */
+function withoutTrailingZeros(decimal: string): string {
+  return decimal.includes('.') ? decimal.replace(/\.?0+$/, '') : decimal;
+}
+
 export function transferResource(transfer: Omit<LedgerTransfer, 'version' | 'updatedAt'>, history?: StatusChange[]) {
   if (transfer.rail === 'ach' && transfer.payout) {
     const { payout } = transfer;
@@ -39,7 +44,7 @@ export function transferResource(transfer: Omit<LedgerTransfer, 'version' | 'upd
       source: { currency: transfer.currency, rail: 'stablecoin', amount: formatMinor(transfer.amount, transfer.currency) },
       destination: { currency: payout.outCurrency, rail: 'ach', account: payout.externalAccountId },
       fee: { amount: formatMinor(payout.feeAmount, transfer.currency), currency: transfer.currency },
-      rate: payout.fxRate,
+      rate: withoutTrailingZeros(payout.fxRate),
       rail: transfer.rail,
       failure_reason: transfer.failureReason,
       created_at: transfer.createdAt.toISOString(),
