@@ -84,11 +84,12 @@ function notImplemented(method: string, allow: string): HttpProblem {
 
 /** The middleware stack (request IDs, logs, limits, problem+json errors, JSON bodies) around routes. */
 export function createHttpApp(
-  deps: Pick<AppDeps, 'logger' | 'limits'>,
+  deps: Pick<AppDeps, 'logger' | 'limits' | 'trustProxy'>,
   routes: readonly RouteDefinition[],
   layer: RouteLayer = { authenticate: async () => undefined },
 ): App {
-  const koa = new Koa({ proxy: false });
+  // Behind one trusted proxy, the address it appended last; never one the client wrote itself.
+  const koa = new Koa({ proxy: deps.trustProxy ?? false, maxIpsCount: 1 });
   koa.silent = true; // errors are logged once, by the error middleware
   const router = new Router();
   mountRoutes(router, routes, layer);

@@ -16,6 +16,11 @@ export interface AppDeps {
   limits: {
     bodyLimitBytes: number;
   };
+  /**
+   * Whether a proxy in front sets X-Forwarded-For (TRUST_PROXY): then the client's address (sign-in
+   * counts, audit, sessions) is the last address it appended; otherwise the socket's peer.
+   */
+  trustProxy?: boolean;
   loginPolicy: LoginPolicy;
   idempotency: IdempotencyRunner;
   /** Signs every transfer object the API returns; also serves the public keys. */

@@ -37,7 +37,10 @@ const app = createApp({
     throttleAfterFailures: config.LOGIN_THROTTLE_AFTER_FAILURES,
     lockAfterFailures: config.LOGIN_LOCK_AFTER_FAILURES,
     lockMs: config.LOGIN_LOCK_MINUTES * 60_000,
+    emailThrottleAfterFailures: config.LOGIN_EMAIL_THROTTLE_AFTER_FAILURES,
+    emailLockAfterFailures: config.LOGIN_EMAIL_LOCK_AFTER_FAILURES,
   },
+  trustProxy: config.TRUST_PROXY === '1',
   signer,
   rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({

@@ -54,6 +54,10 @@ const ZConfigFields = z.object({
   LOGIN_THROTTLE_AFTER_FAILURES: ZPositiveInt.max(100).default(5),
   LOGIN_LOCK_AFTER_FAILURES: ZPositiveInt.max(1000).default(10),
   LOGIN_LOCK_MINUTES: ZPositiveInt.max(7 * 24 * 60).default(60),
+  LOGIN_EMAIL_THROTTLE_AFTER_FAILURES: ZPositiveInt.max(10_000).default(50),
+  LOGIN_EMAIL_LOCK_AFTER_FAILURES: ZPositiveInt.max(10_000).default(100),
+  // 1 when a proxy in front sets X-Forwarded-For: the client's address is then the one it appended.
+  TRUST_PROXY: z.enum(['0', '1']).default('0'),
   IDEMPOTENCY_TTL_HOURS: ZPositiveInt.min(24)
     .max(24 * 30)
     .default(24),

@@ -1,3 +1,4 @@
+import { isIPv4, isIPv6 } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from '../db/client.ts';
 import { appendAuditEvent } from '../db/audit.ts';
@@ -15,14 +16,24 @@ import { DomainError } from '../workflows/shared/errors.ts';
 import type { ActorContext } from './audit-context.ts';
 import { generateSessionToken, sessionTokenHash, verifyPassword } from './credentials.ts';
 
+/**
+ * Failures are counted twice: per email and client (the caller's IP address, an IPv6 one by its
+ * /64), where the throttle and the lock come soon, and per email from every client together, where
+ * they come much later. Someone who knows an operator's email can lock it for the clients they
+ * guess from, not for the operator's own; a guesser spread over many addresses still meets the
+ * email's own lock.
+ */
 export interface LoginPolicy {
   sessionTtlMs: number;
-  /** From this many consecutive failures on, each further failure blocks sign-in for a doubling delay. */
+  /** From this many consecutive failures from one client on, each further failure blocks that client for a doubling delay. */
   throttleAfterFailures: number;
   throttleBaseMs: number;
-  /** At this many consecutive failures the account locks for lockMs. */
+  /** At this many consecutive failures from one client, sign-in to the email locks for that client for lockMs. */
   lockAfterFailures: number;
   lockMs: number;
+  /** The same two steps for the email from every client together (same base delay and lock time). */
+  emailThrottleAfterFailures: number;
+  emailLockAfterFailures: number;
 }
 
 export const DEFAULT_LOGIN_POLICY: LoginPolicy = {
@@ -31,7 +42,36 @@ export const DEFAULT_LOGIN_POLICY: LoginPolicy = {
   throttleBaseMs: 1000,
   lockAfterFailures: 10,
   lockMs: 60 * 60 * 1000,
+  emailThrottleAfterFailures: 50,
+  emailLockAfterFailures: 100,
 };
+
+/**
+ * The client a sign-in is counted against: an IPv4 address as is (also when written IPv4-mapped),
+ * an IPv6 one by its /64, which one subscriber usually holds whole.
+ */
+export function loginClient(ip: string | undefined): string {
+  if (!ip) return 'unknown';
+  const address = ip.toLowerCase();
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(address);
+  if (mapped) return mapped[1]!;
+  if (isIPv4(address) || !isIPv6(address)) return address;
+  const [head = '', tail = ''] = address.split('::');
+  const headGroups = head ? head.split(':') : [];
+  const tailGroups = address.includes('::') && tail ? tail.split(':') : [];
+  const groups = address.includes('::')
+    ? [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups]
+    : headGroups;
+  return `${groups
+    .slice(0, 4)
+    .map((group) => parseInt(group, 16).toString(16))
+    .join(':')}::/64`;
+}
+
+/** The two counters' keys (the database hashes each, lower-cased). */
+function attemptKeys(email: string, client: string) {
+  return { email, client: `${email}\n${client}` };
+}
 
 /**
  * The least time a refused sign-in (429/423) takes from its start, and a failed one (401) from the
@@ -85,11 +125,27 @@ export async function login(
 
   // Counted before the password is checked, for a registered email or not (migration 00013): a
   // burst of concurrent guesses cannot all pass one check, and an unknown email is throttled and
-  // locked exactly like a registered one.
-  const attempt = await claimLoginAttempt(sql, input.email, policy);
-  if (!attempt.claimed) {
+  // locked exactly like a registered one. The client's count first: a client it refuses does not
+  // count against the email from every client.
+  const keys = attemptKeys(input.email, loginClient(context.ip));
+  const clientAttempt = await claimLoginAttempt(sql, keys.client, policy);
+  const emailAttempt = clientAttempt.claimed
+    ? await claimLoginAttempt(sql, keys.email, {
+        throttleAfterFailures: policy.emailThrottleAfterFailures,
+        throttleBaseMs: policy.throttleBaseMs,
+        lockAfterFailures: policy.emailLockAfterFailures,
+        lockMs: policy.lockMs,
+      })
+    : undefined;
+  const refusal = !clientAttempt.claimed
+    ? { attempt: clientAttempt, lockAfter: policy.lockAfterFailures }
+    : !emailAttempt!.claimed
+      ? { attempt: emailAttempt!, lockAfter: policy.emailLockAfterFailures }
+      : undefined;
+  if (refusal) {
+    const { attempt } = refusal;
     const retryAfterSeconds = Math.max(1, Math.ceil(((attempt.lockedUntil?.getTime() ?? 0) - Date.now()) / 1000));
-    const locked = attempt.failures >= policy.lockAfterFailures;
+    const locked = attempt.failures >= refusal.lockAfter;
     if (candidate) {
       await withTenant(sql, candidate.companyId, (tx) =>
         appendAuditEvent(
@@ -118,16 +174,30 @@ export async function login(
     throw invalidCredentials();
   }
   if (!passwordOk) {
-    const failures = attempt.failures;
+    const failures = clientAttempt.failures;
+    const emailFailures = emailAttempt!.failures;
     await withTenant(sql, candidate.companyId, async (tx) => {
       await appendAuditEvent(
         tx,
-        audit(candidate.companyId, candidate.operatorId, 'auth.login_failed', { reason: 'bad_password', failures }),
+        audit(candidate.companyId, candidate.operatorId, 'auth.login_failed', {
+          reason: 'bad_password',
+          failures,
+          email_failures: emailFailures,
+        }),
       );
       if (failures === policy.lockAfterFailures) {
         await appendAuditEvent(
           tx,
-          audit(candidate.companyId, candidate.operatorId, 'auth.account_locked', { failures }),
+          audit(candidate.companyId, candidate.operatorId, 'auth.account_locked', { failures, scope: 'client' }),
+        );
+      }
+      if (emailFailures === policy.emailLockAfterFailures) {
+        await appendAuditEvent(
+          tx,
+          audit(candidate.companyId, candidate.operatorId, 'auth.account_locked', {
+            failures: emailFailures,
+            scope: 'email',
+          }),
         );
       }
     });
@@ -147,7 +217,8 @@ export async function login(
   const { token, tokenHash } = generateSessionToken();
   const expiresAt = new Date(now.getTime() + policy.sessionTtlMs);
   await withTenant(sql, candidate.companyId, async (tx) => {
-    await resetLoginAttempts(tx, input.email);
+    await resetLoginAttempts(tx, keys.client);
+    await resetLoginAttempts(tx, keys.email);
     await recordSuccessfulLogin(tx, candidate.operatorId, now);
     await insertSession(tx, {
       id: newId('ses'),

@@ -33,6 +33,7 @@ export async function startTestApp(
     outcomeWaitMs?: number;
     /** Default: private targets allowed (tests deliver to local receivers), 16 endpoints. */
     webhooks?: Partial<WebhookEndpointPolicy>;
+    trustProxy?: boolean;
   } = {},
 ): Promise<TestApp> {
   const database = await createTestDatabase();
@@ -53,6 +54,7 @@ export async function startTestApp(
     },
     readiness: { postgres: async () => true },
     limits: { bodyLimitBytes: 256 * 1024 },
+    ...(options.trustProxy ? { trustProxy: true } : {}),
     webhooks: { allowPrivateUrls: true, maxEndpoints: 16, ...options.webhooks },
     loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },
     idempotency: createIdempotency({ sql: appSql, options: { ttlMs: 24 * 60 * 60 * 1000, leaseMs: 60_000 } }),

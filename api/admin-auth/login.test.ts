@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { verifyAuditChain } from '../../db/audit.ts';
 import { SYSTEM_ACTOR } from '../../services/audit-context.ts';
 import { createOperator } from '../../services/operators.ts';
-import { REFUSED_ANSWER_MIN_MS } from '../../services/auth.ts';
+import { loginClient, REFUSED_ANSWER_MIN_MS } from '../../services/auth.ts';
 import {
   call,
   provisionTestTenant,
@@ -232,5 +233,157 @@ describe('console sign-in timing', () => {
       Math.abs(median(took.known) - median(took.unknown)) < 10,
       JSON.stringify({ known: median(took.known), unknown: median(took.unknown) }),
     );
+  });
+});
+
+/** A sign-in sent from `localAddress` (any 127.x.y.z is this machine's loopback on Linux). */
+function loginFrom(
+  testApp: TestApp,
+  localAddress: string,
+  body: { email: string; password: string },
+  headers: Record<string, string> = {},
+): Promise<number> {
+  const target = new URL('/admin/auth/login', testApp.url);
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname,
+        method: 'POST',
+        localAddress,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers },
+      },
+      (response) => {
+        response.resume();
+        response.once('end', () => resolve(response.statusCode!));
+      },
+    );
+    request.once('error', reject);
+    request.end(payload);
+  });
+}
+
+describe('console sign-in counted per client address', () => {
+  // The email's own lock at 6, past one address's lock at 3.
+  const CLIENT_POLICY = {
+    ...POLICY,
+    throttleAfterFailures: 3,
+    lockAfterFailures: 3,
+    emailThrottleAfterFailures: 100,
+    emailLockAfterFailures: 6,
+  };
+  let clientApp: TestApp;
+  let proxiedApp: TestApp;
+  let clientTenant: TestTenant;
+  let operatorNumber = 0;
+  before(async () => {
+    [clientApp, proxiedApp] = await Promise.all([
+      startTestApp({ loginPolicy: CLIENT_POLICY }),
+      startTestApp({ loginPolicy: CLIENT_POLICY, trustProxy: true }),
+    ]);
+    clientTenant = await provisionTestTenant(clientApp);
+  });
+  after(async () => Promise.all([clientApp.close(), proxiedApp.close()]));
+
+  async function operator(testApp: TestApp, companyId: string) {
+    operatorNumber += 1;
+    const password = `client-password-${operatorNumber}`;
+    const created = await createOperator(
+      testApp.ownerSql,
+      { companyId, email: `client${operatorNumber}@tenant.example`, password, role: 'viewer' },
+      SYSTEM_ACTOR,
+    );
+    return { id: created.id, email: created.email, password, credentials: { email: created.email, password } };
+  }
+
+  it('locks the email for the address the guesses come from, not for its owner elsewhere', async () => {
+    const victim = await operator(clientApp, clientTenant.company.id);
+    for (let i = 0; i < 3; i++) {
+      assert.equal(await loginFrom(clientApp, '127.0.0.2', { email: victim.email, password: 'wrong-password-x' }), 401);
+    }
+    assert.equal(await loginFrom(clientApp, '127.0.0.2', victim.credentials), 423, 'locked for the guessing address');
+    assert.equal(
+      await loginFrom(clientApp, '127.0.0.3', victim.credentials),
+      200,
+      'the owner signs in from another address',
+    );
+    // A success clears the counts: the guessing address starts again too.
+    assert.equal(await loginFrom(clientApp, '127.0.0.2', { email: victim.email, password: 'wrong-password-x' }), 423);
+  });
+
+  it('locks the email everywhere once guesses from many addresses reach its own limit', async () => {
+    const victim = await operator(clientApp, clientTenant.company.id);
+    const wrong = { email: victim.email, password: 'wrong-password-x' };
+    for (const [address, guesses] of [
+      ['127.0.0.4', 3],
+      ['127.0.0.5', 2],
+      ['127.0.0.6', 1],
+    ] as const) {
+      for (let i = 0; i < guesses; i++) assert.equal(await loginFrom(clientApp, address, wrong), 401);
+    }
+    assert.equal(await loginFrom(clientApp, '127.0.0.7', victim.credentials), 423, 'the 6th failure locked the email');
+    const locks = await clientApp.ownerSql<{ scope: string; failures: number }[]>`
+      select data->>'scope' as scope, (data->>'failures')::int as failures from audit_events
+      where object_id = ${victim.id} and event = 'auth.account_locked' order by seq`;
+    assert.deepEqual(
+      locks.map((row) => ({ ...row })),
+      [
+        { scope: 'client', failures: 3 },
+        { scope: 'email', failures: 6 },
+      ],
+    );
+  });
+
+  it('takes the address from X-Forwarded-For only behind a trusted proxy (TRUST_PROXY)', async () => {
+    const direct = await operator(clientApp, clientTenant.company.id);
+    for (let i = 0; i < 3; i++) {
+      const status = await loginFrom(
+        clientApp,
+        '127.0.0.8',
+        { email: direct.email, password: 'wrong-password-x' },
+        { 'x-forwarded-for': `203.0.113.${i + 1}` },
+      );
+      assert.equal(status, 401);
+    }
+    // The header is the client's own word here: all three came from 127.0.0.8, which is locked.
+    assert.equal(
+      await loginFrom(clientApp, '127.0.0.8', direct.credentials, { 'x-forwarded-for': '203.0.113.9' }),
+      423,
+    );
+
+    const proxiedTenant = await provisionTestTenant(proxiedApp);
+    const proxied = await operator(proxiedApp, proxiedTenant.company.id);
+    for (let i = 0; i < 3; i++) {
+      const status = await loginFrom(
+        proxiedApp,
+        '127.0.0.8',
+        { email: proxied.email, password: 'wrong-password-x' },
+        { 'x-forwarded-for': '198.51.100.1, 203.0.113.1' },
+      );
+      assert.equal(status, 401);
+    }
+    // The entry the proxy appended last is the address; what the client wrote before it is not.
+    assert.equal(
+      await loginFrom(proxiedApp, '127.0.0.8', proxied.credentials, { 'x-forwarded-for': '198.51.100.7, 203.0.113.1' }),
+      423,
+    );
+    assert.equal(
+      await loginFrom(proxiedApp, '127.0.0.8', proxied.credentials, { 'x-forwarded-for': '203.0.113.2' }),
+      200,
+    );
+  });
+});
+
+describe('loginClient', () => {
+  it('counts IPv4 addresses as they are and IPv6 ones by their /64', () => {
+    assert.equal(loginClient('192.0.2.7'), '192.0.2.7');
+    assert.equal(loginClient('::ffff:192.0.2.7'), '192.0.2.7');
+    assert.equal(loginClient('2001:db8:1:2:3:4:5:6'), '2001:db8:1:2::/64');
+    assert.equal(loginClient('2001:DB8:0001:0002::9'), '2001:db8:1:2::/64');
+    assert.equal(loginClient('2001:db8::1'), '2001:db8:0:0::/64');
+    assert.equal(loginClient('::1'), '0:0:0:0::/64');
+    assert.equal(loginClient(undefined), 'unknown');
   });
 });
