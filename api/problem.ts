@@ -71,7 +71,12 @@ export const problems = {
   notFound: (detail = 'No such resource.') =>
     new HttpProblem({ status: 404, code: 'NOT_FOUND', title: 'Not found', detail }),
   routeNotFound: (method: string, path: string) =>
-    new HttpProblem({ status: 404, code: 'ROUTE_NOT_FOUND', title: 'Not found', detail: `No route for ${method} ${path}.` }),
+    new HttpProblem({
+      status: 404,
+      code: 'ROUTE_NOT_FOUND',
+      title: 'Not found',
+      detail: `No route for ${method} ${path}.`,
+    }),
   methodNotAllowed: (method: string, allow: string) =>
     new HttpProblem({
       status: 405,
@@ -101,8 +106,14 @@ export const problems = {
       title: 'Internal server error',
       detail: 'Something went wrong on our side. Quote the request_id if you contact support.',
     }),
-  unavailable: (detail: string) =>
-    new HttpProblem({ status: 503, code: 'SERVICE_UNAVAILABLE', title: 'Service unavailable', detail }),
+  unavailable: (detail: string, retryAfterSeconds?: number) =>
+    new HttpProblem({
+      status: 503,
+      code: 'SERVICE_UNAVAILABLE',
+      title: 'Service unavailable',
+      detail,
+      ...(retryAfterSeconds === undefined ? {} : { headers: { 'Retry-After': String(retryAfterSeconds) } }),
+    }),
   idempotencyKeyRequired: () =>
     new HttpProblem({
       status: 400,

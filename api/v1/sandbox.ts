@@ -12,6 +12,7 @@ import {
   transferSnapshotQuery,
 } from '../../workflows/shared/transfer-settlement.ts';
 import { apiKeyPrincipalOf } from '../auth/authenticate.ts';
+import { problems } from '../problem.ts';
 import { defineRoute } from '../route.ts';
 import { signed, transferResource, type TransferSigner } from './resources.ts';
 
@@ -33,6 +34,8 @@ export interface SandboxRouteDeps {
 
 /** How long a return waits for the run to say where it is (a worker must answer the query). */
 const RUN_QUERY_WAIT_MS = 3_000;
+/** How long a simulated rail event waits for Temporal to take its signal. */
+const SIGNAL_WAIT_MS = 5_000;
 
 /** The transfer's status as its settlement run sees it; 'unknown' when no worker answers in time. */
 async function runStatus(temporal: Client, handle: WorkflowHandle): Promise<string> {
@@ -106,11 +109,27 @@ function simulation(action: Action, deps: SandboxRouteDeps) {
             'The settlement of this transfer is still being applied; retry in a moment.',
           );
         }
-        if (action === 'settle') await handle.signal(railConfirmedSignal);
-        else if (action === 'fail') await handle.signal(railFailedSignal, { reason });
-        else await handle.signal(railReturnedSignal, { reason });
+        await deps.rails.temporal.connection.withDeadline(Date.now() + SIGNAL_WAIT_MS, () =>
+          action === 'settle'
+            ? handle.signal(railConfirmedSignal)
+            : action === 'fail'
+              ? handle.signal(railFailedSignal, { reason })
+              : handle.signal(railReturnedSignal, { reason }),
+        );
       } catch (error) {
-        if (!(error instanceof WorkflowNotFoundError)) throw error;
+        if (error instanceof DomainError) throw error;
+        if (!(error instanceof WorkflowNotFoundError)) {
+          // Not "no such run" but no answer at all (Temporal down or unreachable): a dependency
+          // outage, answered as one, not as a 500 after the client's retries run out.
+          ctx.state.logger.warn(
+            { err: error, workflowId: transfer.workflowId },
+            'sandbox: the rail event was not delivered',
+          );
+          throw problems.unavailable(
+            "The simulated rail event could not be delivered to the transfer's settlement now; retry in a moment.",
+            1,
+          );
+        }
         // Not started yet (the outbox relay starts it), or finished (a return window that closed).
         throw new DomainError(
           'conflict',
