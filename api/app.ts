@@ -4,7 +4,7 @@ import { bodyParser } from '@koa/bodyparser';
 import type { AppDeps } from './deps.ts';
 import { errorHandler } from './middleware/errors.ts';
 import { requestContext } from './middleware/request-context.ts';
-import { requireJsonBody } from './middleware/json-body.ts';
+import { isJsonRequest, requireJsonBody } from './middleware/json-body.ts';
 import { HttpProblem, problems } from './problem.ts';
 import { mountRoutes, type RouteDefinition, type RouteLayer } from './route.ts';
 import { createAuthenticator } from './auth/authenticate.ts';
@@ -96,27 +96,39 @@ export function createHttpApp(
 
   koa.use(requestContext(deps.logger));
   koa.use(errorHandler({ bodyLimitBytes: deps.limits.bodyLimitBytes }));
-  koa.use(requireJsonBody());
-  koa.use(
-    bodyParser({
-      enableTypes: ['json'],
-      jsonLimit: deps.limits.bodyLimitBytes,
-      jsonStrict: true,
-      encoding: 'utf-8',
-      onError(error) {
-        const status = (error as { status?: number }).status;
-        if (status === 413) throw problems.payloadTooLarge(deps.limits.bodyLimitBytes);
-        // Valid JSON, but refused so the key cannot reach an object's prototype: say so, not "not JSON".
-        if (isPrototypePoisoning(error)) {
-          throw problems.validation(
-            [{ path: 'body', message: 'JSON objects may not contain a "__proto__" key, at any depth' }],
-            'The request body contains a "__proto__" key, which is not accepted.',
-          );
-        }
-        throw problems.malformedJson();
-      },
-    }),
-  );
+  const requireJson = requireJsonBody();
+  const parseBody = bodyParser({
+    enableTypes: ['json'],
+    // Every type requireJsonBody admits, `+json` ones included: by default only a fixed list of
+    // them is parsed and any other (application/merge-patch+json) would reach the route as `{}`.
+    detectJSON: isJsonRequest,
+    jsonLimit: deps.limits.bodyLimitBytes,
+    jsonStrict: true,
+    encoding: 'utf-8',
+    onError(error) {
+      const status = (error as { status?: number }).status;
+      if (status === 413) throw problems.payloadTooLarge(deps.limits.bodyLimitBytes);
+      // Valid JSON, but refused so the key cannot reach an object's prototype: say so, not "not JSON".
+      if (isPrototypePoisoning(error)) {
+        throw problems.validation(
+          [{ path: 'body', message: 'JSON objects may not contain a "__proto__" key, at any depth' }],
+          'The request body contains a "__proto__" key, which is not accepted.',
+        );
+      }
+      throw problems.malformedJson();
+    },
+  });
+  // A body refused (400, 413, 415) for a request no route takes is not the answer: an unknown path
+  // or a wrong method is answered 404 / 405 by the router whatever its body. The routes are matched
+  // only then, off the hot path.
+  koa.use(async (ctx, next) => {
+    try {
+      await requireJson(ctx, () => parseBody(ctx, async () => undefined));
+    } catch (error) {
+      if (router.match(ctx.path, ctx.method).route) throw error;
+    }
+    await next();
+  });
   // A method the router does not implement at all (TRACE, …) comes back from allowedMethods() as a
   // bare 501, turned into a problem here; its `throw` option's factories get no context, so they
   // could name neither the method nor Allow. (A bare 405 with Allow the error middleware handles.)

@@ -13,6 +13,15 @@ import type { Principal } from './principal.ts';
 const BEARER = /^Bearer ([\x21-\x7e]{1,512})$/i;
 
 function bearerToken(ctx: Context): string {
+  // Node keeps the first of repeated Authorization headers and drops the rest; a proxy in front may
+  // use another one. Two credentials are ambiguous: refused, as two Idempotency-Keys are.
+  if ((ctx.req.headersDistinct.authorization?.length ?? 0) > 1) {
+    throw new DomainError(
+      'unauthenticated',
+      'UNAUTHENTICATED',
+      'Send one `Authorization: Bearer <credential>` header, not several.',
+    );
+  }
   const match = BEARER.exec(ctx.get('Authorization'));
   if (!match) {
     throw new DomainError('unauthenticated', 'UNAUTHENTICATED', 'Send `Authorization: Bearer <credential>`.');
