@@ -7,7 +7,14 @@ const CURSOR_MAX_LENGTH = 200;
 
 /** `limit` (1–100, default 10) and an opaque `cursor`, as every list takes them. */
 export const ZPageQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(PAGE_SIZE_MAX).default(PAGE_SIZE_DEFAULT),
+  // Digits only: z.coerce.number() would also take "0x10", "1e1", " 5", "2.0" and "+3" (Number()'s
+  // spellings), which no client means as a page size.
+  limit: z
+    .string()
+    .regex(/^[0-9]{1,3}$/, `an integer from 1 to ${PAGE_SIZE_MAX}`)
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(PAGE_SIZE_MAX))
+    .default(PAGE_SIZE_DEFAULT),
   cursor: z.string().min(1).max(CURSOR_MAX_LENGTH).optional(),
 });
 export type TPageQuery = z.infer<typeof ZPageQuery>;
@@ -33,14 +40,23 @@ export function encodeCursor(position: KeysetPosition): string {
   return Buffer.from(JSON.stringify({ i: position.id })).toString('base64url');
 }
 
-export function decodeCursor(cursor: string | undefined): KeysetPosition | undefined {
+/**
+ * The position a cursor of this list holds. `idPrefixes` are the prefixes of the list's IDs
+ * (`['tr']`, `['wal', 'acct']`): a cursor of another list, or a forged one, holds an ID no row of
+ * this list can have, and would silently answer an empty or shifted page; it is refused instead.
+ */
+export function decodeCursor(cursor: string | undefined, idPrefixes: readonly string[]): KeysetPosition | undefined {
   if (cursor === undefined) return undefined;
+  const refused = () => problems.validation([{ path: 'query.cursor', message: 'Not a cursor returned by this list.' }]);
+  let id: string;
   try {
-    const parsed = ZCursor.parse(JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')));
-    return { id: parsed.i };
+    id = ZCursor.parse(JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'))).i;
   } catch {
-    throw problems.validation([{ path: 'query.cursor', message: 'Not a cursor returned by this list.' }]);
+    throw refused();
   }
+  const separator = id.indexOf('_');
+  if (!idPrefixes.includes(id.slice(0, separator)) || !/^[0-9a-f]{32}$/.test(id.slice(separator + 1))) throw refused();
+  return { id };
 }
 
 export interface Page<T> {

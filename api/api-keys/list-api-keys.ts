@@ -18,7 +18,7 @@ export function getApiKeys(deps: { sql: Sql }) {
     responses: { 200: '{ data, has_more, next_cursor }' },
     async handler(ctx, { query }) {
       const { companyId } = operatorOf(ctx);
-      const after = decodeCursor(query.cursor);
+      const after = decodeCursor(query.cursor, ['key']);
       const rows = await withTenant(deps.sql, companyId, (tx) =>
         listApiKeys(tx, companyId, { limit: query.limit + 1, ...(after ? { after } : {}) }),
       );

@@ -20,7 +20,7 @@ export function getAccounts(deps: { sql: Sql }) {
     responses: { 200: '{ data, has_more, next_cursor }' },
     async handler(ctx, { query }) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
-      const after = decodeCursor(query.cursor);
+      const after = decodeCursor(query.cursor, ['wal', 'acct']);
       const rows = await withTenant(deps.sql, companyId, (tx) =>
         listLedgerAccounts(tx, { companyId, environment }, { limit: query.limit + 1, ...(after ? { after } : {}) }),
       );

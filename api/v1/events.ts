@@ -25,7 +25,7 @@ export function eventRoutes(deps: { sql: Sql; signer: TransferSigner }): RouteDe
       responses: { 200: '{ data, has_more, next_cursor }' },
       async handler(ctx, { query }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        const after = decodeCursor(query.cursor);
+        const after = decodeCursor(query.cursor, ['evt']);
         const rows = await withTenant(deps.sql, companyId, (tx) =>
           listEvents(
             tx,

@@ -151,7 +151,7 @@ export function getTransfers(deps: TransferRouteDeps) {
     responses: { 200: '{ data, has_more, next_cursor }' },
     async handler(ctx, { query }) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
-      const after = decodeCursor(query.cursor);
+      const after = decodeCursor(query.cursor, ['tr']);
       const rows = await withTenant(deps.sql, companyId, (tx) =>
         listTransfers(
           tx,

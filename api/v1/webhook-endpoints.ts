@@ -118,7 +118,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: '{ data, has_more, next_cursor }' },
       async handler(ctx, { query }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        const after = decodeCursor(query.cursor);
+        const after = decodeCursor(query.cursor, ['we']);
         const rows = await withTenant(deps.sql, companyId, (tx) =>
           listWebhookEndpoints(tx, { companyId, environment }, { limit: query.limit + 1, ...(after ? { after } : {}) }),
         );
@@ -218,7 +218,7 @@ export function webhookEndpointRoutes(deps: WebhookRouteDeps): RouteDefinition[]
       responses: { 200: '{ data, has_more, next_cursor }', 404: 'No such endpoint.' },
       async handler(ctx, { params, query }) {
         const { companyId, environment } = apiKeyPrincipalOf(ctx);
-        const after = decodeCursor(query.cursor);
+        const after = decodeCursor(query.cursor, ['wha']);
         const rows = await withTenant(deps.sql, companyId, async (tx) => {
           const endpoint = await findWebhookEndpoint(tx, { companyId, environment }, params.id);
           if (!endpoint) throw notFound('webhook endpoint');
