@@ -24,7 +24,11 @@ const QUIET_KEEPALIVE: ConnectionPlugin = {
   name: 'quiet-keepalive',
   configureConnection: (options) => ({
     ...options,
-    channelArgs: { ...options.channelArgs, 'grpc.keepalive_time_ms': 600_000, 'grpc.keepalive_permit_without_calls': 0 },
+    channelArgs: {
+      ...options.channelArgs,
+      'grpc.keepalive_time_ms': 600_000,
+      'grpc.keepalive_permit_without_calls': 0,
+    },
   }),
 };
 
@@ -61,6 +65,29 @@ async function registerSearchAttributes(env: TestWorkflowEnvironment): Promise<v
       Object.values(SEARCH_ATTRIBUTES).map((key) => [key.name, 2]),
     ),
   });
+}
+
+/**
+ * `env.sleep` with a deadline. Time skips only while the test server holds no lock, and it takes one
+ * for every workflow task and activity in flight, released when that task completes. Two things leave
+ * such a lock held for the rest of the server's life, after which every `env.sleep` waits in real time
+ * (a day's sleep hangs the file):
+ * - terminating a run while it has a workflow task or an activity in flight (the completion is then
+ *   refused and the lock never released; temporalio/sdk-java#1138);
+ * - a query that reaches a run while the workflow task that continues it as new is in flight: the
+ *   server then schedules one more workflow task on the closed run, which can never complete.
+ * This fails after `deadlineMs` with that explanation instead of waiting out the test's timeout.
+ */
+export async function sleepWithin(env: TestWorkflowEnvironment, duration: string, deadlineMs = 30_000): Promise<void> {
+  try {
+    await env.connection.withDeadline(Date.now() + deadlineMs, () => env.sleep(duration));
+  } catch (error) {
+    throw new Error(
+      `env.sleep('${duration}') did not return within ${deadlineMs / 1000} s: time skipping is locked on the ` +
+        'test server (a run terminated mid-task, or queried while continuing as new?)',
+      { cause: error },
+    );
+  }
 }
 
 let bundle: Promise<{ code: string }> | undefined;

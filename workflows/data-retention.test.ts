@@ -15,7 +15,7 @@ import { Worker } from '@temporalio/worker';
 import { createDataRetentionActivities } from '../activities/data-retention.ts';
 import { RETENTION_POLICIES, type RetentionPolicy } from '../db/retention.ts';
 import { createTestDatabase, type TestDatabase } from '../test-support/db.ts';
-import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
+import { createTimeSkippingEnv, sleepWithin, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
 import {
   dataRetentionStatusQuery,
@@ -31,41 +31,91 @@ const DAY_MS = 24 * 60 * 60 * 1000;
  * runs, without saying where (no test had finished): a stalled test now fails after this, by name.
  */
 const STEP_TIMEOUT_MS = 90_000;
+/** The hooks' own deadlines: a stalled setup or teardown step fails by name instead of hanging the file. */
+const HOOK_STEP_MS = 60_000;
+const HOOK_TIMEOUT_MS = 150_000;
 const HISTORY_FIXTURE = join(dirname(fileURLToPath(import.meta.url)), 'histories', 'data-retention.history.json');
+
+/** Rejects with `what` in the message when `promise` has not settled within `ms`. */
+async function within<T>(what: string, ms: number, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms / 1000} s`)), ms);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 describe('dataRetentionWorkflow (time-skipping)', () => {
   let env: TestWorkflowEnvironment;
   let database: TestDatabase;
   let policies: RetentionPolicy[];
   let worker: Worker;
-  let running: Promise<void>;
+  let running: Promise<void> | undefined;
   let workflowNumber = 0;
 
-  before(async () => {
-    [env, database] = await Promise.all([createTimeSkippingEnv(), createTestDatabase()]);
-    policies = [...RETENTION_POLICIES];
-    // The worker reads `policies` on every call, so a test can swap in a failing one.
-    worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue: TASK_QUEUES.core,
-      workflowBundle: await testWorkflowBundle(),
-      activities: {
-        purgeExpiredRows: (
-          input: Parameters<ReturnType<typeof createDataRetentionActivities>['purgeExpiredRows']>[0],
-        ) => createDataRetentionActivities({ sql: database.sql, policies }).purgeExpiredRows(input),
-      },
-    });
-    running = worker.run();
-  });
-  beforeEach(async () => {
-    policies = [...RETENTION_POLICIES];
-    await database.sql`delete from outbox`;
-  });
-  after(async () => {
-    worker.shutdown();
-    await running;
-    await Promise.all([env.teardown(), database.drop()]);
-  });
+  before(
+    async () => {
+      // Assigned as each one is ready, so that `after` cleans up whatever was created before a stall.
+      await Promise.all([
+        within(
+          'before: createTimeSkippingEnv()',
+          HOOK_STEP_MS,
+          createTimeSkippingEnv().then((ready) => (env = ready)),
+        ),
+        within(
+          'before: createTestDatabase()',
+          HOOK_STEP_MS,
+          createTestDatabase().then((ready) => (database = ready)),
+        ),
+      ]);
+      policies = [...RETENTION_POLICIES];
+      // The worker reads `policies` on every call, so a test can swap in a failing one.
+      worker = await within(
+        'before: Worker.create()',
+        HOOK_STEP_MS,
+        testWorkflowBundle().then((workflowBundle) =>
+          Worker.create({
+            connection: env.nativeConnection,
+            taskQueue: TASK_QUEUES.core,
+            workflowBundle,
+            activities: {
+              purgeExpiredRows: (
+                input: Parameters<ReturnType<typeof createDataRetentionActivities>['purgeExpiredRows']>[0],
+              ) => createDataRetentionActivities({ sql: database.sql, policies }).purgeExpiredRows(input),
+            },
+          }),
+        ),
+      );
+      running = worker.run();
+    },
+    { timeout: HOOK_TIMEOUT_MS },
+  );
+  beforeEach(
+    async () => {
+      policies = [...RETENTION_POLICIES];
+      await database.sql`delete from outbox`;
+    },
+    { timeout: HOOK_STEP_MS },
+  );
+  after(
+    async () => {
+      try {
+        if (worker?.getState() === 'RUNNING') worker.shutdown();
+        if (running !== undefined) await within('after: worker shutdown', HOOK_STEP_MS, running);
+      } finally {
+        await within(
+          'after: test server teardown and database drop',
+          HOOK_STEP_MS,
+          Promise.all([env?.teardown(), database?.drop()]),
+        );
+      }
+    },
+    { timeout: HOOK_TIMEOUT_MS },
+  );
 
   async function seed(id: string, dispatchedAgoMs: number | null): Promise<void> {
     const now = Date.now();
@@ -89,6 +139,41 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
       taskQueue: TASK_QUEUES.core,
       args: [args],
     });
+  }
+
+  /** Skips `duration` of workflow time; fails within 30 s if time skipping is locked (see sleepWithin). */
+  const skip = (duration: string) => sleepWithin(env, duration);
+
+  /**
+   * Terminates the latest run once it has no workflow task and no activity in flight (it waits on its
+   * timer). Terminating a run with either in flight leaves the test server's time-skipping lock for
+   * that task held for good, and every later `env.sleep` in this file would then wait in real time.
+   */
+  async function terminateWhenIdle(workflowId: string): Promise<void> {
+    const handle = env.client.workflow.getHandle(workflowId);
+    await waitFor('the run to have no workflow task or activity in flight', async () => {
+      let taskOpen = false;
+      const openActivities = new Set<string>();
+      for (const event of (await handle.fetchHistory()).events ?? []) {
+        if (event.workflowTaskScheduledEventAttributes) taskOpen = true;
+        if (
+          event.workflowTaskCompletedEventAttributes ||
+          event.workflowTaskFailedEventAttributes ||
+          event.workflowTaskTimedOutEventAttributes
+        ) {
+          taskOpen = false;
+        }
+        if (event.activityTaskScheduledEventAttributes) openActivities.add(String(event.eventId));
+        const closed =
+          event.activityTaskCompletedEventAttributes ??
+          event.activityTaskFailedEventAttributes ??
+          event.activityTaskTimedOutEventAttributes ??
+          event.activityTaskCanceledEventAttributes;
+        if (closed) openActivities.delete(String(closed.scheduledEventId));
+      }
+      return !taskOpen && openActivities.size === 0;
+    });
+    await handle.terminate('test done');
   }
 
   // A query has no deadline of its own: one that stalls on the time-skipping server under load would
@@ -117,30 +202,34 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
       assert.equal((await afterSweeps(handle, 1)).deleted, 1);
       assert.deepEqual(await remaining(), ['expires-on-day-1', 'expires-on-day-2', 'never-dispatched', 'still-fresh']);
 
-      await env.sleep('1 day');
+      await skip('1 day');
       assert.equal((await afterSweeps(handle, 2)).deleted, 2);
       assert.deepEqual(await remaining(), ['expires-on-day-2', 'never-dispatched', 'still-fresh']);
 
-      await env.sleep('1 day');
+      await skip('1 day');
       assert.equal((await afterSweeps(handle, 3)).deleted, 3);
       assert.deepEqual(await remaining(), ['never-dispatched', 'still-fresh']);
 
       // After three sweeps the run continues as new, carrying its totals, and sweeps again at once.
-      await env.sleep('1 day');
+      await skip('1 day');
+      // The sleep can return while the workflow task that continues the first run as new is still in
+      // flight. A query that reached that run then would make the test server schedule one more task on
+      // the closed run, never completed, and time skipping would stay locked for the rest of the file;
+      // so no query until the first run has closed (describe does not touch the run).
+      const firstRun = env.client.workflow.getHandle(handle.workflowId, firstRunId);
+      await waitFor('the first run to continue as new', async () => {
+        return (await firstRun.describe()).status.name === 'CONTINUED_AS_NEW';
+      });
       const carried = await afterSweeps(handle, 4);
       assert.equal(carried.deleted, 3);
       const latest = await env.client.workflow.getHandle(handle.workflowId).describe();
       assert.notEqual(latest.runId, firstRunId);
-      assert.equal(
-        (await env.client.workflow.getHandle(handle.workflowId, firstRunId).describe()).status.name,
-        'CONTINUED_AS_NEW',
-      );
       assert.ok(Date.now() - startedAt < 60_000, 'three days of timers took under a minute of real time');
 
-      const history = await env.client.workflow.getHandle(handle.workflowId, firstRunId).fetchHistory();
+      const history = await firstRun.fetchHistory();
       await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
       if (process.env.UPDATE_HISTORIES === '1') await writeFile(HISTORY_FIXTURE, historyToJSON(history));
-      await env.client.workflow.getHandle(handle.workflowId).terminate('test done');
+      await terminateWhenIdle(handle.workflowId);
     },
   );
 
@@ -159,14 +248,14 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     ];
     const handle = await start({});
     const current = await waitFor('sweep after retries', async () => {
-      await env.sleep('30 seconds'); // skips the retry backoff
+      await skip('30 seconds'); // skips the retry backoff
       const value = await status(handle);
       return value.deleted === 1 ? value : undefined;
     });
     assert.equal(current.failedSweeps, 0);
     assert.equal(calls, 3);
     assert.deepEqual(await remaining(), []);
-    await handle.terminate('test done');
+    await terminateWhenIdle(handle.workflowId);
   });
 
   it('survives a sweep that fails for good and sweeps again the next day', { timeout: STEP_TIMEOUT_MS }, async () => {
@@ -188,27 +277,27 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
     assert.deepEqual(await remaining(), ['expired']);
 
     policies = [...RETENTION_POLICIES];
-    await env.sleep('1 day');
+    await skip('1 day');
     const recovered = await afterSweeps(handle, 2);
     assert.equal(recovered.deleted, 1);
     assert.equal(recovered.failedSweeps, 1);
     assert.deepEqual(await remaining(), []);
     const history = await handle.fetchHistory();
     await Worker.runReplayHistory({ workflowBundle: await testWorkflowBundle() }, history, handle.workflowId);
-    await handle.terminate('test done');
+    await terminateWhenIdle(handle.workflowId);
   });
 
   it('sweeps again soon while a backlog remains', { timeout: STEP_TIMEOUT_MS }, async () => {
     for (let index = 0; index < 5; index++) await seed(`expired-${index}`, 8 * DAY_MS);
     const handle = await start({ batchSize: 2, maxBatches: 1 });
     assert.equal((await afterSweeps(handle, 1)).backlog, true);
-    await env.sleep('5 minutes');
+    await skip('5 minutes');
     await afterSweeps(handle, 2);
-    await env.sleep('5 minutes');
+    await skip('5 minutes');
     const done = await afterSweeps(handle, 3);
     assert.equal(done.deleted, 5);
     assert.equal(done.backlog, false);
-    await handle.terminate('test done');
+    await terminateWhenIdle(handle.workflowId);
   });
 
   it(
@@ -235,7 +324,8 @@ describe('dataRetentionWorkflow (time-skipping)', () => {
         }),
         WorkflowExecutionAlreadyStartedError,
       );
-      await env.client.workflow.getHandle(DATA_RETENTION_WORKFLOW_ID).terminate('test done');
+      // Its first sweep is still running: terminating now would leave its locks held (see above).
+      await terminateWhenIdle(DATA_RETENTION_WORKFLOW_ID);
     },
   );
 
