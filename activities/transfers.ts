@@ -19,7 +19,7 @@ import {
   type TransferStatus,
 } from '../workflows/shared/transfer-settlement.ts';
 import { createSandboxAchRail } from './rails/sandbox-ach.ts';
-import type { PayoutRail, PayoutRails, PayoutStatus, PayoutSubmission } from './rails/types.ts';
+import type { PayoutCancellation, PayoutRail, PayoutRails, PayoutStatus, PayoutSubmission } from './rails/types.ts';
 
 // Activity names are persisted in workflow histories: never rename them.
 
@@ -71,7 +71,7 @@ export function createUnconfiguredLiveRail(): PayoutRail {
   const refuse = (): never => {
     throw ApplicationFailure.nonRetryable('live ACH rail not configured', TRANSFER_FAILURE_TYPES.railNotConfigured);
   };
-  return { submit: async () => refuse(), status: async () => refuse() };
+  return { submit: async () => refuse(), status: async () => refuse(), cancel: async () => refuse() };
 }
 
 /** The rails a worker gets unless told otherwise: the simulated sandbox rail, and no live rail. */
@@ -243,6 +243,29 @@ export function createTransferActivities(deps: TransferActivityDeps) {
       transition(input, ['settled'], (tx, transfer) =>
         returnRailTransfer(tx, transfer, clip(input.reason), () => newId('sys')),
       ),
+
+    /**
+     * Asks the rail to stop a payout it has not confirmed (the confirmation window ran out), so that
+     * its hold is voided only for money that did not leave: `canceled`, `failed` (the rail had
+     * refused it) or `confirmed` (too late: it was paid, and must settle). A transfer no longer
+     * pending or processing is not asked about again: its status is the answer. Changes nothing here.
+     */
+    cancelRailPayout: async (input: TransferRef): Promise<PayoutCancellation> => {
+      const transfer = await withTenant(deps.sql, input.companyId, (tx) =>
+        findRailTransfer(tx, scopeOf(input), input.transferId),
+      );
+      if (!transfer) throw notFound(input);
+      if (transfer.status === 'settled' || transfer.status === 'returned') return { outcome: 'confirmed' };
+      if (transfer.status === 'failed') return { outcome: 'failed', reason: transfer.failureReason ?? 'failed' };
+      if (transfer.status === 'canceled') return { outcome: 'canceled' };
+      const answer = await deps.rails[input.environment].cancel({
+        transferId: transfer.id,
+        ...(transfer.railReference === null ? {} : { reference: transfer.railReference }),
+      });
+      return answer.reason === undefined
+        ? { outcome: answer.outcome }
+        : { outcome: answer.outcome, reason: clip(answer.reason) };
+    },
 
     /** Asks the rail where a submitted payout is. Read-only. */
     pollRail: async (input: PollRailInput): Promise<PayoutStatus> => {

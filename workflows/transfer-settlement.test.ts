@@ -18,7 +18,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { createActivities } from '../activities/index.ts';
 import { createSandboxAchRail, SANDBOX_MAGIC } from '../activities/rails/sandbox-ach.ts';
-import type { PayoutRail, PayoutRequest } from '../activities/rails/types.ts';
+import type { PayoutCancellation, PayoutRail, PayoutRequest } from '../activities/rails/types.ts';
 import { createTransferActivities, createUnconfiguredLiveRail } from '../activities/transfers.ts';
 import { type Sql } from '../db/client.ts';
 import { balancesOf, findLedgerAccount, transferHistory } from '../db/ledger.ts';
@@ -80,6 +80,9 @@ const RECORDED_SINCE: Record<string, (typeof HISTORY_VERSIONS)[number]> = {
   'duplicate-start': 'v4',
   'submission-refused': 'v4',
   'resubmitted-after-unknown-outcome': 'v4',
+  // Cancel before expiring (patch settlement-cancel-on-expiry): 'expired' stays as each version ran it.
+  'expired-canceled': 'v4',
+  'expired-paid-late': 'v4',
 };
 
 type Handle = WorkflowHandle<typeof transferSettlementWorkflow>;
@@ -105,6 +108,9 @@ function createObservedRail() {
   const submitFaults = new Map<string, (attempt: number) => Error | undefined>();
   const submits = new Map<string, number>();
   const polls = new Map<string, number>();
+  const cancels = new Map<string, number>();
+  /** A transfer's cancellation answered by the test instead of the sandbox (a bank that paid late). */
+  const cancelAnswers = new Map<string, () => PayoutCancellation>();
   const rail: PayoutRail = {
     async submit(request: PayoutRequest) {
       const attempt = (submits.get(request.transferId) ?? 0) + 1;
@@ -117,8 +123,12 @@ function createObservedRail() {
       polls.set(reference, (polls.get(reference) ?? 0) + 1);
       return inner.status(reference);
     },
+    async cancel(request) {
+      cancels.set(request.transferId, (cancels.get(request.transferId) ?? 0) + 1);
+      return cancelAnswers.get(request.transferId)?.() ?? inner.cancel(request);
+    },
   };
-  return { rail, inner, submitFaults, submits, polls };
+  return { rail, inner, submitFaults, submits, polls, cancels, cancelAnswers };
 }
 
 describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox ACH rail)', () => {
@@ -341,6 +351,37 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     );
   });
 
+  it('cancels at the sandbox rail what the simulated bank has not paid, and nothing else', async () => {
+    const rail = createSandboxAchRail();
+    const request = (transferId: string, amount: bigint): PayoutRequest => ({
+      transferId,
+      amount: '1.00',
+      currency: 'USD',
+      destination: { externalAccountId: 'ba_x', routingNumber: '021000021', accountLast4: '6789' },
+      sourceAmountMinor: amount,
+      sourceCurrency: 'USDC',
+    });
+    const slow = await rail.submit(request(`tr_${'1'.repeat(32)}`, 1_150_000n));
+    assert.deepEqual(await rail.cancel({ transferId: `tr_${'1'.repeat(32)}`, reference: slow.reference }), {
+      outcome: 'canceled',
+    });
+    const paid = await rail.submit(request(`tr_${'2'.repeat(32)}`, 1_000_000n));
+    assert.deepEqual(await rail.cancel({ transferId: `tr_${'2'.repeat(32)}`, reference: paid.reference }), {
+      outcome: 'confirmed',
+    });
+    const refused = await rail.submit(request(`tr_${'3'.repeat(32)}`, 1_130_000n));
+    assert.equal(
+      (await rail.cancel({ transferId: `tr_${'3'.repeat(32)}`, reference: refused.reference })).outcome,
+      'failed',
+    );
+    // Never received (the submission's answer was lost before it arrived): canceled, and refused if it comes.
+    assert.deepEqual(await rail.cancel({ transferId: `tr_${'4'.repeat(32)}` }), { outcome: 'canceled' });
+    assert.equal((await rail.submit(request(`tr_${'4'.repeat(32)}`, 1_000_000n))).outcome, 'failed');
+    // Received but its answer lost: the rail knows it by transfer ID.
+    await rail.submit(request(`tr_${'5'.repeat(32)}`, 1_000_000n));
+    assert.deepEqual(await rail.cancel({ transferId: `tr_${'5'.repeat(32)}` }), { outcome: 'confirmed' });
+  });
+
   it('settles at once for an ordinary amount, then closes the return window', async () => {
     const payout = await createPayout('100.00');
     const handle = await start(payout);
@@ -457,7 +498,7 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     await replay(handle, 'slow-failed');
   });
 
-  it('expires a slow payout after 3 days without confirmation, polling hourly, and voids the hold', async () => {
+  it('expires a slow payout after 3 days without confirmation, polling hourly, cancels it at the rail and voids the hold', async () => {
     const payout = await createPayout('75.15');
     const handle = await start(payout);
     const answer = await awaitOutcome(handle, payout);
@@ -466,11 +507,58 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.equal(final.status, 'failed');
     assert.equal(final.failureReason, EXPIRED_REASON);
     assert.equal(observed.polls.get(answer.railReference!), 72);
+    assert.equal(observed.cancels.get(payout.transferId), 1, 'the rail was asked to cancel before the hold was voided');
     await assertWalletRestored(payout);
     await assertSearchAttributes(handle, payout, 'failed');
-    const history = await replay(handle, 'expired');
+    const history = await replay(handle, 'expired-canceled');
     const elapsed = elapsedMs(history);
     assert.ok(elapsed >= 3 * DAY_MS && elapsed < 3 * DAY_MS + HOUR_MS, `expired after 3 days (${elapsed} ms)`);
+  });
+
+  it('settles a payout the rail paid too late to cancel, instead of voiding the hold of money that left', async () => {
+    const payout = await createPayout('76.15', { returnWindowMs: DAY_MS });
+    observed.cancelAnswers.set(payout.transferId, () => ({ outcome: 'confirmed' }));
+    const handle = await start(payout);
+    assert.equal((await awaitOutcome(handle, payout)).status, 'processing');
+    const final = await handle.result(); // the 3-day window, the cancellation, then a 1-day return window
+    assert.equal(final.status, 'settled');
+    assert.equal(observed.cancels.get(payout.transferId), 1);
+    assert.deepEqual(await statuses(payout), ['pending', 'processing', 'settled']);
+    await assertWalletDebited(payout);
+    await assertSearchAttributes(handle, payout, 'settled');
+    await replay(handle, 'expired-paid-late');
+  });
+
+  it('settles a payout whose submission never got an answer, once the cancellation says it was paid', async () => {
+    const payout = await createPayout('78.00', {
+      confirmationTimeoutMs: 2 * HOUR_MS,
+      confirmationPollMs: HOUR_MS,
+      returnWindowMs: DAY_MS,
+    });
+    let asked = false;
+    observed.submitFaults.set(payout.transferId, () => (asked ? undefined : new Error('rail unreachable')));
+    observed.cancelAnswers.set(payout.transferId, () => {
+      asked = true;
+      return { outcome: 'confirmed' };
+    });
+    const handle = await start(payout);
+    const final = await handle.result();
+    assert.equal(final.status, 'settled');
+    assert.match(final.railReference ?? '', /^sbx_ach_ok_tr_/);
+    assert.equal(observed.cancels.get(payout.transferId), 1);
+    await assertWalletDebited(payout);
+    await replay(handle);
+  });
+
+  it('fails with the rail’s reason a payout the rail says it refused when asked to cancel it', async () => {
+    const payout = await createPayout('77.15');
+    observed.cancelAnswers.set(payout.transferId, () => ({ outcome: 'failed', reason: 'R02 account closed' }));
+    const handle = await start(payout);
+    const final = await handle.result();
+    assert.equal(final.status, 'failed');
+    assert.equal(final.failureReason, 'R02 account closed');
+    await assertWalletRestored(payout);
+    await replay(handle);
   });
 
   it('reverses a settled payout that the rail reports returned (.14): full amount back, fee and FX reversed', async () => {

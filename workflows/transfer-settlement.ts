@@ -5,6 +5,7 @@ import {
   condition,
   log,
   patched,
+  sleep,
   TimeoutFailure,
   proxyActivities,
   proxyLocalActivities,
@@ -82,6 +83,15 @@ const LOCAL_STEPS_PATCH = 'settlement-local-steps';
  * database transactions instead of two, two and three. Its runs record this patch only.
  */
 const SUBMIT_SETTLES_PATCH = 'settlement-submit-settles';
+/**
+ * Cancel before expiring (patch `settlement-cancel-on-expiry`, asked only on that path, so the quick
+ * path records nothing): when the confirmation window runs out, the rail is asked to stop the payout
+ * before its hold is voided. Before, the hold was voided on the window alone, and a bank that paid
+ * late would have sent money whose hold the customer could spend again. The rail's answer decides:
+ * canceled or failed, the transfer fails; confirmed (too late), it settles. Runs that expired before
+ * this replay as they ran.
+ */
+const CANCEL_ON_EXPIRY_PATCH = 'settlement-cancel-on-expiry';
 const LOCAL_RETRY_THRESHOLD = '1 millisecond';
 const remoteSubmit = proxyActivities<TransferActivities>(SUBMIT_OPTIONS);
 const remoteLedger = proxyActivities<TransferActivities>(LEDGER_OPTIONS);
@@ -101,7 +111,8 @@ const { pollRail } = proxyActivities<TransferActivities>({
 });
 
 type Verdict = { outcome: 'confirmed' } | { outcome: 'failed'; reason: string };
-type Phase = 'submitting' | 'confirming' | 'settling' | 'failing' | 'watching_returns' | 'returning' | 'done';
+type Phase =
+  'submitting' | 'confirming' | 'canceling' | 'settling' | 'failing' | 'watching_returns' | 'returning' | 'done';
 
 function positiveMs(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
@@ -192,6 +203,8 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   const localStepsVersion = submitSettlesVersion || patched(LOCAL_STEPS_PATCH);
   const { submitTransferToRail, submitAndSettleTransfer } = localStepsVersion ? localSubmit : remoteSubmit;
   const { settleTransfer, failTransfer, returnTransfer } = localStepsVersion ? localLedger : remoteLedger;
+  // Until the rail answers: a payout's hold cannot be released on a guess (LEDGER_OPTIONS' retries).
+  const { cancelRailPayout } = localLedger;
   const confirmationTimeoutMs = positiveMs(
     'confirmationTimeoutMs',
     input.confirmationTimeoutMs,
@@ -344,6 +357,18 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     }
   };
 
+  /** The confirmation window ran out: the rail's answer to a cancellation decides (see CANCEL_ON_EXPIRY_PATCH). */
+  const cancelAtRail = async (): Promise<Verdict> => {
+    phase = 'canceling';
+    const cancellation = await cancelRailPayout(ref);
+    log.info('rail asked to cancel an unconfirmed payout', { transferId: ref.transferId, ...cancellation });
+    if (cancellation.outcome === 'confirmed') return { outcome: 'confirmed' };
+    if (cancellation.outcome === 'failed') {
+      return { outcome: 'failed', reason: reasonFrom(cancellation, 'failed by the rail') };
+    }
+    return { outcome: 'failed', reason: EXPIRED_REASON };
+  };
+
   // 1. Submit, and wait for the rail's verdict (at once, by signal, or by polling) until the
   //    confirmation times out.
   const confirmationDeadline = Date.now() + confirmationTimeoutMs;
@@ -400,7 +425,24 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
       verdict ??= { outcome: 'failed', reason: reasonFrom(status, `${status.outcome} by the rail`) };
     }
   }
-  decided ??= { outcome: 'failed', reason: EXPIRED_REASON };
+  if (decided === undefined) {
+    if (patched(CANCEL_ON_EXPIRY_PATCH)) {
+      decided = await cancelAtRail();
+      if (decided.outcome === 'confirmed') {
+        // Paid after all: the submission must be on record (processing, with the rail's reference)
+        // before the ledger settles it. The rail answers a repeated submission as before.
+        while (submission === undefined) {
+          submission = await submit();
+          if (settledBySubmission === undefined && submission?.outcome === 'confirmed') {
+            adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
+          }
+          if (submission === undefined) await sleep(confirmationPollMs);
+        }
+      }
+    } else {
+      decided = { outcome: 'failed', reason: EXPIRED_REASON };
+    }
+  }
 
   if (decided.outcome === 'failed') {
     await undoSubmission(decided.reason);

@@ -85,11 +85,16 @@ export interface SandboxAchRail extends PayoutRail {
  */
 export function createSandboxAchRail(): SandboxAchRail {
   const submissions = new Map<string, PayoutSubmission>();
+  /** Transfers canceled before the rail received them: a late submission of one is refused. */
+  const canceled = new Set<string>();
 
   return {
     async submit(request) {
       const known = submissions.get(request.transferId);
       if (known) return known;
+      if (canceled.has(request.transferId)) {
+        return { reference: `${REFERENCE_PREFIX}_r01_${request.transferId}`, outcome: 'failed', reason: 'canceled' };
+      }
       const magic = magicFor(request);
       const reference = `${REFERENCE_PREFIX}_${magic?.code ?? DEFAULT_CODE}_${request.transferId}`;
       const submission: PayoutSubmission = withReason(
@@ -111,6 +116,23 @@ export function createSandboxAchRail(): SandboxAchRail {
       const magic = magicByCode(match[1]!);
       if (!magic) return { outcome: 'confirmed' };
       return withReason({ outcome: magic.status }, magic.status === 'pending' ? undefined : magic.reason);
+    },
+
+    async cancel(request) {
+      // The reference says what the simulated bank did; without one (never submitted, or the
+      // answer was lost), the remembered submission does, and a payout never received is canceled.
+      const reference = request.reference ?? submissions.get(request.transferId)?.reference;
+      const match = reference === undefined ? null : REFERENCE_PATTERN.exec(reference);
+      if (reference !== undefined && !match)
+        throw ApplicationFailure.nonRetryable(`Unknown sandbox ACH reference ${reference}.`, 'RailReferenceUnknown');
+      if (!match) {
+        canceled.add(request.transferId);
+        return { outcome: 'canceled' };
+      }
+      const magic = magicByCode(match[1]!);
+      if (!magic || magic.submit === 'confirmed') return { outcome: 'confirmed' };
+      if (magic.submit === 'failed') return withReason({ outcome: 'failed' as const }, magic.reason);
+      return { outcome: 'canceled' }; // slow: still pending at the simulated bank, so it stops
     },
 
     submissionCount: () => submissions.size,
