@@ -28,7 +28,7 @@ import { newId } from '../platform/ids.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant } from '../services/tenants.ts';
 import { createTestDatabase, type TestDatabase, createAppRoleSql } from '../test-support/db.ts';
-import { createTimeSkippingEnv, testWorkflowBundle } from '../test-support/temporal.ts';
+import { createTimeSkippingEnv, sleepWithin, testWorkflowBundle } from '../test-support/temporal.ts';
 import { waitFor } from '../test-support/wait.ts';
 import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
 import { TASK_QUEUES } from './shared/task-queues.ts';
@@ -548,6 +548,59 @@ describe('transferSettlementWorkflow (time-skipping, real PostgreSQL, sandbox AC
     assert.equal(observed.cancels.get(payout.transferId), 1);
     await assertWalletDebited(payout);
     await replay(handle);
+  });
+
+  it('asks again, hold kept, when the rail refuses the cancellation itself, instead of failing the run', async () => {
+    const payout = await createPayout('80.15', { confirmationTimeoutMs: 2 * HOUR_MS, confirmationPollMs: HOUR_MS });
+    let asked = 0;
+    observed.cancelAnswers.set(payout.transferId, () => {
+      asked += 1;
+      if (asked === 1) throw ApplicationFailure.nonRetryable('cancellation refused', 'RailCancelRefused');
+      return { outcome: 'canceled' };
+    });
+    const handle = await start(payout);
+    const final = await handle.result(); // before: WorkflowFailedError, the transfer left processing with its hold
+    assert.equal(final.status, 'failed');
+    assert.equal(final.failureReason, EXPIRED_REASON);
+    assert.equal(asked, 2);
+    await assertWalletRestored(payout);
+    await replay(handle);
+  });
+
+  it('backs off, hold kept, while the rail refuses to resubmit a payout it said it paid', async () => {
+    const payout = await createPayout('81.00', {
+      confirmationTimeoutMs: 2 * HOUR_MS,
+      confirmationPollMs: HOUR_MS,
+      returnWindowMs: DAY_MS,
+    });
+    let phase: 'unreachable' | 'refusing' | 'answering' = 'unreachable';
+    let submitsAtCancel = 0;
+    observed.submitFaults.set(payout.transferId, () =>
+      phase === 'unreachable'
+        ? new Error('rail unreachable')
+        : phase === 'refusing'
+          ? ApplicationFailure.nonRetryable('duplicate payout', 'RailDuplicate')
+          : undefined,
+    );
+    observed.cancelAnswers.set(payout.transferId, () => {
+      phase = 'refusing';
+      submitsAtCancel = observed.submits.get(payout.transferId) ?? 0;
+      return { outcome: 'confirmed' };
+    });
+    const handle = await start(payout);
+    await sleepWithin(env, '10 days');
+    const resubmissions = (observed.submits.get(payout.transferId) ?? 0) - submitsAtCancel;
+    // Before: hourly for ever (238 in 10 days); now doubling from an hour to a day.
+    assert.ok(resubmissions > 0 && resubmissions <= 20, `${resubmissions} resubmissions in 10 days`);
+    assert.equal(
+      (await handle.describe()).status.name,
+      'RUNNING',
+      'paid: the hold is neither voided nor posted blindly',
+    );
+    await assertHeld(payout);
+    phase = 'answering';
+    assert.equal((await handle.result()).status, 'settled');
+    await assertWalletDebited(payout);
   });
 
   it('fails with the rail’s reason a payout the rail says it refused when asked to cancel it', async () => {

@@ -14,7 +14,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { TransferActivities } from '../activities/transfers.ts';
-import type { PayoutStatus, PayoutSubmission } from '../activities/rails/types.ts';
+import type { PayoutCancellation, PayoutStatus, PayoutSubmission } from '../activities/rails/types.ts';
 import { DAY_MS, HOUR_MS, SECOND_MS } from './shared/durations.ts';
 import { SEARCH_ATTRIBUTES } from './shared/search-attributes.ts';
 import {
@@ -215,6 +215,8 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     confirmationTimeoutMs,
   );
   const returnWindowMs = positiveMs('returnWindowMs', input.returnWindowMs, RETURN_WINDOW_MS_DEFAULT);
+  /** The longest wait between two asks of a rail that gave no usable answer after the window. */
+  const retryWaitMaxMs = Math.max(DAY_MS, confirmationPollMs);
   const returnPollMs = pollInterval(
     positiveMs('returnPollMs', input.returnPollMs, RETURN_POLL_MS_DEFAULT),
     returnWindowMs,
@@ -360,7 +362,24 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   /** The confirmation window ran out: the rail's answer to a cancellation decides (see CANCEL_ON_EXPIRY_PATCH). */
   const cancelAtRail = async (): Promise<Verdict> => {
     phase = 'canceling';
-    const cancellation = await cancelRailPayout(ref);
+    let cancellation: PayoutCancellation | undefined;
+    // LEDGER_OPTIONS retry every transient failure; a non-retryable one (the rail refused the
+    // question itself) is no answer either: the payout may still be made, so the hold stays and the
+    // rail is asked again later. Failing the run would strand the hold (nothing restarts it).
+    for (let waitMs = confirmationPollMs; cancellation === undefined; waitMs = Math.min(2 * waitMs, retryWaitMaxMs)) {
+      try {
+        cancellation = await cancelRailPayout(ref);
+      } catch (error) {
+        const cause = activityFailureCause(error);
+        if (cause === undefined || (cause instanceof ApplicationFailure && cause.type === 'TransferNotFound'))
+          throw error;
+        log.warn('rail gave no answer to a cancellation; asking again later', {
+          transferId: ref.transferId,
+          error: cause.message,
+        });
+        await sleep(waitMs);
+      }
+    }
     log.info('rail asked to cancel an unconfirmed payout', { transferId: ref.transferId, ...cancellation });
     if (cancellation.outcome === 'confirmed') return { outcome: 'confirmed' };
     if (cancellation.outcome === 'failed') {
@@ -431,12 +450,14 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
       if (decided.outcome === 'confirmed') {
         // Paid after all: the submission must be on record (processing, with the rail's reference)
         // before the ledger settles it. The rail answers a repeated submission as before.
-        while (submission === undefined) {
+        // Unbounded (the hold of a paid payout is never voided), so it backs off: from one poll
+        // interval, doubling, to a day at most; an hourly loop would grow the history for good.
+        for (let waitMs = confirmationPollMs; submission === undefined; waitMs = Math.min(2 * waitMs, retryWaitMaxMs)) {
           submission = await submit();
           if (settledBySubmission === undefined && submission?.outcome === 'confirmed') {
             adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
           }
-          if (submission === undefined) await sleep(confirmationPollMs);
+          if (submission === undefined) await sleep(waitMs);
         }
       }
     } else {
