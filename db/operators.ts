@@ -150,6 +150,54 @@ export async function claimLoginAttempt(
   return { claimed: row!.claimed, failures: row!.failures, lockedUntil: row!.locked_until };
 }
 
+export interface LoginAttemptPairClaim {
+  /** False while either count blocks sign-in: then neither was counted. */
+  claimed: boolean;
+  /** Which count blocked it. */
+  blockedBy: 'client' | 'email' | null;
+  /** Consecutive failures of each count, this attempt included when claimed. */
+  clientFailures: number;
+  emailFailures: number;
+  /** When the blocking count's throttle or lock ends. */
+  lockedUntil: Date | null;
+}
+
+/**
+ * Both sign-in counts in one call (migration 00017): the email from this client, and the email from
+ * every client. Both are checked before either is counted, under their rows' locks.
+ */
+export async function claimLoginAttemptPair(
+  sql: Sql,
+  keys: { client: string; email: string },
+  policy: {
+    throttleBaseMs: number;
+    lockMs: number;
+    client: { throttleAfterFailures: number; lockAfterFailures: number };
+    email: { throttleAfterFailures: number; lockAfterFailures: number };
+  },
+): Promise<LoginAttemptPairClaim> {
+  const [row] = await sql<
+    {
+      claimed: boolean;
+      blocked_by: 'client' | 'email' | null;
+      client_failures: number;
+      email_failures: number;
+      locked_until: Date | null;
+    }[]
+  >`
+    select * from auth_claim_login_attempt_pair(${keys.client}, ${keys.email}, ${policy.throttleBaseMs}::integer,
+      ${policy.lockMs}::integer, ${policy.client.throttleAfterFailures}::integer,
+      ${policy.client.lockAfterFailures}::integer, ${policy.email.throttleAfterFailures}::integer,
+      ${policy.email.lockAfterFailures}::integer)`;
+  return {
+    claimed: row!.claimed,
+    blockedBy: row!.blocked_by,
+    clientFailures: row!.client_failures,
+    emailFailures: row!.email_failures,
+    lockedUntil: row!.locked_until,
+  };
+}
+
 export async function resetLoginAttempts(tx: TransactionSql, email: string): Promise<void> {
   await tx`select auth_reset_login_attempts(${email})`;
 }

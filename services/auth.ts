@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sql } from '../db/client.ts';
 import { appendAuditEvent } from '../db/audit.ts';
 import {
-  claimLoginAttempt,
+  claimLoginAttemptPair,
   findLoginCandidate,
   recordSuccessfulLogin,
   resetLoginAttempts,
@@ -52,7 +52,11 @@ export const DEFAULT_LOGIN_POLICY: LoginPolicy = {
  */
 export function loginClient(ip: string | undefined): string {
   if (!ip) return 'unknown';
-  const address = ip.toLowerCase();
+  let address = ip.trim().toLowerCase();
+  // Some proxies write the client's source port too ("203.0.113.7:54321", "[2001:db8::1]:443"):
+  // kept, every new connection would be a client of its own.
+  const withPort = /^\[([^\]]+)\](?::\d+)?$/.exec(address) ?? /^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/.exec(address);
+  if (withPort) address = withPort[1]!;
   const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(address);
   if (mapped) return mapped[1]!;
   if (isIPv4(address) || !isIPv6(address)) return address;
@@ -125,27 +129,24 @@ export async function login(
 
   // Counted before the password is checked, for a registered email or not (migration 00013): a
   // burst of concurrent guesses cannot all pass one check, and an unknown email is throttled and
-  // locked exactly like a registered one. The client's count first: a client it refuses does not
-  // count against the email from every client.
+  // locked exactly like a registered one. Both counts in one call (migration 00017): an attempt
+  // either of them refuses counts against neither.
   const keys = attemptKeys(input.email, loginClient(context.ip));
-  const clientAttempt = await claimLoginAttempt(sql, keys.client, policy);
-  const emailAttempt = clientAttempt.claimed
-    ? await claimLoginAttempt(sql, keys.email, {
-        throttleAfterFailures: policy.emailThrottleAfterFailures,
-        throttleBaseMs: policy.throttleBaseMs,
-        lockAfterFailures: policy.emailLockAfterFailures,
-        lockMs: policy.lockMs,
-      })
-    : undefined;
-  const refusal = !clientAttempt.claimed
-    ? { attempt: clientAttempt, lockAfter: policy.lockAfterFailures }
-    : !emailAttempt!.claimed
-      ? { attempt: emailAttempt!, lockAfter: policy.emailLockAfterFailures }
-      : undefined;
-  if (refusal) {
-    const { attempt } = refusal;
+  const attempt = await claimLoginAttemptPair(sql, keys, {
+    throttleBaseMs: policy.throttleBaseMs,
+    lockMs: policy.lockMs,
+    client: { throttleAfterFailures: policy.throttleAfterFailures, lockAfterFailures: policy.lockAfterFailures },
+    email: {
+      throttleAfterFailures: policy.emailThrottleAfterFailures,
+      lockAfterFailures: policy.emailLockAfterFailures,
+    },
+  });
+  if (!attempt.claimed) {
     const retryAfterSeconds = Math.max(1, Math.ceil(((attempt.lockedUntil?.getTime() ?? 0) - Date.now()) / 1000));
-    const locked = attempt.failures >= refusal.lockAfter;
+    const locked =
+      attempt.blockedBy === 'email'
+        ? attempt.emailFailures >= policy.emailLockAfterFailures
+        : attempt.clientFailures >= policy.lockAfterFailures;
     if (candidate) {
       await withTenant(sql, candidate.companyId, (tx) =>
         appendAuditEvent(
@@ -174,8 +175,8 @@ export async function login(
     throw invalidCredentials();
   }
   if (!passwordOk) {
-    const failures = clientAttempt.failures;
-    const emailFailures = emailAttempt!.failures;
+    const failures = attempt.clientFailures;
+    const emailFailures = attempt.emailFailures;
     await withTenant(sql, candidate.companyId, async (tx) => {
       await appendAuditEvent(
         tx,

@@ -309,7 +309,7 @@ describe('console sign-in counted per client address', () => {
       200,
       'the owner signs in from another address',
     );
-    // A success clears the counts: the guessing address starts again too.
+    // A success clears the owner's address's count and the email's, not the guessing address's lock.
     assert.equal(await loginFrom(clientApp, '127.0.0.2', { email: victim.email, password: 'wrong-password-x' }), 423);
   });
 
@@ -385,5 +385,8 @@ describe('loginClient', () => {
     assert.equal(loginClient('2001:db8::1'), '2001:db8:0:0::/64');
     assert.equal(loginClient('::1'), '0:0:0:0::/64');
     assert.equal(loginClient(undefined), 'unknown');
+    // As some proxies write it, with the client's source port: one client whatever the connection.
+    assert.equal(loginClient('203.0.113.7:54321'), '203.0.113.7');
+    assert.equal(loginClient('[2001:db8:1:2::9]:443'), '2001:db8:1:2::/64');
   });
 });
