@@ -156,4 +156,22 @@ describe('HTTP edges', { timeout: 300_000 }, () => {
     assert.equal((await v1('GET', '/v1/accounts?limit=100')).status, 200);
     assert.equal((await v1('GET', '/v1/accounts')).status, 200);
   });
+
+  it('publishes limit as an integer from 1 to 100 on every list, however strictly the query string is read', async () => {
+    const doc = (await (await fetch(`${testApp.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { parameters?: { name: string; in: string; schema: any }[] }>>;
+    };
+    let lists = 0;
+    for (const [path, operations] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        const limit = operation.parameters?.find((p) => p.name === 'limit' && p.in === 'query');
+        if (!limit) continue;
+        lists += 1;
+        assert.equal(limit.schema.type, 'integer', `${method} ${path}: ${JSON.stringify(limit.schema)}`);
+        assert.equal(limit.schema.minimum, 1, `${method} ${path}`);
+        assert.equal(limit.schema.maximum, 100, `${method} ${path}`);
+      }
+    }
+    assert.ok(lists >= 5, `${lists} lists`);
+  });
 });

@@ -14,7 +14,10 @@ export const ZPageQuery = z.object({
     .regex(/^[0-9]{1,3}$/, `an integer from 1 to ${PAGE_SIZE_MAX}`)
     .transform(Number)
     .pipe(z.number().int().min(1).max(PAGE_SIZE_MAX))
-    .default(PAGE_SIZE_DEFAULT),
+    .default(PAGE_SIZE_DEFAULT)
+    // The published contract stays what it was (/openapi.json): an integer 1-100, default 10; the
+    // string schema above is how a query string is read, not what a client sends.
+    .meta({ type: 'integer', minimum: 1, maximum: PAGE_SIZE_MAX, default: PAGE_SIZE_DEFAULT }),
   cursor: z.string().min(1).max(CURSOR_MAX_LENGTH).optional(),
 });
 export type TPageQuery = z.infer<typeof ZPageQuery>;
