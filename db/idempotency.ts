@@ -175,12 +175,13 @@ export async function findIdempotencyKey(tx: TransactionSql, id: IdempotencyKeyI
 }
 
 /**
- * When the key's row was created, as the database's text (microseconds): what tells one claim of a
- * key from a later claim of the same key after the first row was purged.
+ * When the key's row was created, in microseconds since the epoch (whatever the session's time
+ * zone): what tells one claim of a key from a later claim of the same key after the first row was
+ * purged.
  */
 export async function idempotencyKeyCreatedAt(tx: TransactionSql, id: IdempotencyKeyId): Promise<string> {
   const [row] = await tx<{ created_at: string }[]>`
-    select created_at::text as created_at from idempotency_keys
+    select (extract(epoch from created_at) * 1000000)::bigint::text as created_at from idempotency_keys
     where company_id = ${id.companyId} and environment = ${id.environment} and key = ${id.key}`;
   if (!row) throw new Error(`idempotency key ${id.key} is not claimed`);
   return row.created_at;
