@@ -3,6 +3,9 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
+import { findRailTransfer, markRailTransferProcessing, settleRailTransfer } from '../db/rails.ts';
+import { withTenant } from '../db/tenant.ts';
+import { newId } from '../platform/ids.ts';
 import { provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../test-support/app.ts';
 
 interface Answer {
@@ -92,6 +95,27 @@ describe('HTTP edges', { timeout: 300_000 }, () => {
     assert.equal(settle.body.code, 'SERVICE_UNAVAILABLE');
     assert.ok(settle.headers['retry-after']);
     assert.ok(settle.ms < 10_000, `answered after ${settle.ms} ms`);
+  });
+
+  it('a sandbox return answers 503 when Temporal cannot be reached, not "retry in a moment"', async () => {
+    const payout = await v1('POST', '/v1/transfers', {
+      body: JSON.stringify({
+        source: { currency: 'USDC', rail: 'stablecoin', amount: '2.00' },
+        destination: { currency: 'USD', rail: 'ach', account: own.sandbox.achAccountId },
+      }),
+    });
+    assert.equal(payout.status, 201);
+    // Settled as the run would have settled it, so that only a return is left to simulate.
+    const scope = { companyId: own.company.id, environment: 'sandbox' as const };
+    await withTenant(testApp.ownerSql, own.company.id, async (tx) => {
+      const transfer = (await findRailTransfer(tx, scope, payout.body.id))!;
+      const processing = (await markRailTransferProcessing(tx, transfer, `sbx_ach_ok_${transfer.id}`))!;
+      await settleRailTransfer(tx, processing, () => newId('sys'));
+    });
+    const returned = await v1('POST', `/v1/sandbox/transfers/${payout.body.id}/return`, { body: '{}' });
+    assert.equal(returned.status, 503, JSON.stringify(returned.body));
+    assert.equal(returned.body.code, 'SERVICE_UNAVAILABLE');
+    assert.ok(returned.ms < 10_000, `answered after ${returned.ms} ms`);
   });
 
   it('a +json body (application/merge-patch+json) is parsed, not silently dropped', async () => {

@@ -37,7 +37,15 @@ const RUN_QUERY_WAIT_MS = 3_000;
 /** How long a simulated rail event waits for Temporal to take its signal. */
 const SIGNAL_WAIT_MS = 5_000;
 
-/** The transfer's status as its settlement run sees it; 'unknown' when no worker answers in time. */
+/** How long Temporal itself has to answer when a query went unanswered. */
+const TEMPORAL_REACH_WAIT_MS = 1_000;
+
+/**
+ * The transfer's status as its settlement run sees it; 'unknown' when no worker answers in time.
+ * An unanswered query looks the same whether the worker is busy or Temporal is out of reach, so the
+ * server is asked about the run once more: an error from that (not "no such run") propagates, and
+ * the route answers 503 instead of "retry in a moment" for an outage.
+ */
 async function runStatus(temporal: Client, handle: WorkflowHandle): Promise<string> {
   try {
     const snapshot = await temporal.connection.withDeadline(Date.now() + RUN_QUERY_WAIT_MS, () =>
@@ -46,6 +54,7 @@ async function runStatus(temporal: Client, handle: WorkflowHandle): Promise<stri
     return snapshot.status;
   } catch (error) {
     if (error instanceof WorkflowNotFoundError) throw error;
+    await temporal.connection.withDeadline(Date.now() + TEMPORAL_REACH_WAIT_MS, () => handle.describe());
     return 'unknown';
   }
 }
