@@ -101,3 +101,15 @@ revoke all on function auth_claim_login_attempt_pair(text, text, integer, intege
   from public;
 grant execute on function auth_claim_login_attempt_pair(text, text, integer, integer, integer, integer, integer, integer)
   to payments_app;
+
+-- Blocks the uncapped doubling already wrote (up to 2^49 s) end no later than an hour (the default
+-- lock time) after their attempt, as the capped delay would have. Forced row-level security applies
+-- to the owner too: system scope for this statement's transaction only.
+do $$
+begin
+  perform set_config('app.scope', 'system', true);
+  update login_attempts set locked_until = updated_at + interval '1 hour'
+  where locked_until > updated_at + interval '1 hour';
+  perform set_config('app.scope', '', true);
+end
+$$;
