@@ -55,21 +55,36 @@ export function loginClient(ip: string | undefined): string {
   let address = ip.trim().toLowerCase();
   // Some proxies write the client's source port too ("203.0.113.7:54321", "[2001:db8::1]:443"):
   // kept, every new connection would be a client of its own.
-  const withPort = /^\[([^\]]+)\](?::\d+)?$/.exec(address) ?? /^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/.exec(address);
+  const withPort =
+    /^\[([^\]]+)\](?::\d+)?$/.exec(address) ?? /^((?:::ffff:)?\d{1,3}(?:\.\d{1,3}){3}):\d+$/.exec(address);
   if (withPort) address = withPort[1]!;
-  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/.exec(address);
-  if (mapped) return mapped[1]!;
   if (isIPv4(address) || !isIPv6(address)) return address;
-  const [head = '', tail = ''] = address.split('::');
-  const headGroups = head ? head.split(':') : [];
-  const tailGroups = address.includes('::') && tail ? tail.split(':') : [];
-  const groups = address.includes('::')
-    ? [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups]
-    : headGroups;
+  const groups = ipv6Groups(address);
+  // IPv4-mapped (::ffff:a.b.c.d, however it is spelled): the IPv4 address itself.
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) {
+    return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
+  }
   return `${groups
     .slice(0, 4)
-    .map((group) => parseInt(group, 16).toString(16))
+    .map((group) => group.toString(16))
     .join(':')}::/64`;
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (a zone dropped, a dotted-quad tail as two groups). */
+function ipv6Groups(address: string): number[] {
+  const parse = (part: string) =>
+    part
+      ? part.split(':').flatMap((group) => {
+          if (!group.includes('.')) return [parseInt(group, 16)];
+          const [a = 0, b = 0, c = 0, d = 0] = group.split('.').map(Number);
+          return [(a << 8) | b, (c << 8) | d];
+        })
+      : [];
+  const [head = '', tail] = address.replace(/%.*$/, '').split('::');
+  const headGroups = parse(head);
+  if (tail === undefined) return headGroups;
+  const tailGroups = parse(tail);
+  return [...headGroups, ...Array<number>(8 - headGroups.length - tailGroups.length).fill(0), ...tailGroups];
 }
 
 /** The two counters' keys (the database hashes each, lower-cased). */

@@ -388,5 +388,12 @@ describe('loginClient', () => {
     // As some proxies write it, with the client's source port: one client whatever the connection.
     assert.equal(loginClient('203.0.113.7:54321'), '203.0.113.7');
     assert.equal(loginClient('[2001:db8:1:2::9]:443'), '2001:db8:1:2::/64');
+    assert.equal(loginClient('[::ffff:192.0.2.7]:80'), '192.0.2.7');
+    assert.equal(loginClient('::ffff:203.0.113.7:54321'), '203.0.113.7');
+    // Every spelling of an IPv4-mapped address is that address, not one /64 shared by all of them.
+    assert.equal(loginClient('0:0:0:0:0:ffff:192.0.2.7'), '192.0.2.7');
+    assert.equal(loginClient('::ffff:c000:207'), '192.0.2.7');
+    assert.equal(loginClient('1::2:3:4:5:1.2.3.4'), '1:0:2:3::/64', 'a dotted tail is two groups');
+    assert.equal(loginClient('fe80::1%eth0'), 'fe80:0:0:0::/64');
   });
 });
