@@ -24,7 +24,7 @@ import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { verifyCompany } from '../services/companies.ts';
 import { generatePassword, PASSWORD_MIN_LENGTH, verifyPassword } from '../services/credentials.ts';
 import { createTransferSigner, SIGNING_CACHE_TTL_MS_DEFAULT } from '../services/signing.ts';
-import { provisionTenant } from '../services/tenants.ts';
+import { DEFAULT_SANDBOX_KEY_NAME, provisionTenant } from '../services/tenants.ts';
 import { findSandboxPair } from '../services/sandbox.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
 import { DatabaseUnavailableError, embeddedPostgresLoaded, openCliDatabase, type CliDatabase } from './cli-database.ts';
@@ -285,6 +285,16 @@ async function ensureMaster(
   return recorded;
 }
 
+/** Another default sandbox key for a tenant whose saved one is lost or revoked; its secret. */
+async function issueSandboxKey(sql: Sql, companyId: string, createdBy: string | null): Promise<string> {
+  const key = await createApiKey(
+    sql,
+    { companyId, environment: 'sandbox', name: DEFAULT_SANDBOX_KEY_NAME, createdBy },
+    SYSTEM_ACTOR,
+  );
+  return key.secret;
+}
+
 /** False when the key is revoked or unknown; a blocked company's key still counts as working. */
 async function sandboxKeyWorks(sql: Sql, secret: string): Promise<boolean> {
   try {
@@ -310,17 +320,12 @@ async function ensureTenant(sql: Sql, path: string, state: TBootstrapFile, outpu
     if (await sandboxKeyWorks(sql, tenant.sandboxApiKey)) return state;
     // Printing a key that no longer authenticates would hand the user a dead credential with exit 0.
     const owner = await findOperatorEverywhere(sql, tenant.email);
-    const key = await createApiKey(
+    const sandboxApiKey = await issueSandboxKey(
       sql,
-      {
-        companyId: tenant.companyId,
-        environment: 'sandbox',
-        name: 'Default sandbox key',
-        createdBy: owner?.companyId === tenant.companyId ? owner.id : null,
-      },
-      SYSTEM_ACTOR,
+      tenant.companyId,
+      owner?.companyId === tenant.companyId ? owner.id : null,
     );
-    const renewed = { ...state, tenant: { ...tenant, sandboxApiKey: key.secret } };
+    const renewed = { ...state, tenant: { ...tenant, sandboxApiKey } };
     await writeBootstrapFile(path, renewed);
     output.note(`the saved sandbox API key of ${tenant.companyId} no longer works (revoked); issued a new one`);
     return renewed;
@@ -337,13 +342,8 @@ async function ensureTenant(sql: Sql, path: string, state: TBootstrapFile, outpu
         `another operator already uses ${tenant.email}; edit the tenant email in ${path}`,
       );
     }
-    const key = await createApiKey(
-      sql,
-      { companyId: existing.companyId, environment: 'sandbox', name: 'Default sandbox key', createdBy: existing.id },
-      SYSTEM_ACTOR,
-    );
     companyId = existing.companyId;
-    sandboxApiKey = key.secret;
+    sandboxApiKey = await issueSandboxKey(sql, companyId, existing.id);
     output.note(`recovered tenant company ${companyId} and issued a new sandbox API key`);
   } else {
     const created = await provisionTenant(

@@ -10,6 +10,9 @@ import { generatePassword } from './credentials.ts';
 import { createOperatorInTx, hashOperatorPassword } from './operators.ts';
 import { provisionSandboxLedger, type SandboxLedger } from './sandbox.ts';
 
+/** The name of the sandbox key every company gets at once (and bootstrap issues again when it must). */
+export const DEFAULT_SANDBOX_KEY_NAME = 'Default sandbox key';
+
 export interface ProvisionedTenant {
   company: Company;
   owner: Operator;
@@ -48,7 +51,7 @@ export async function provisionTenant(
     );
     const { secret } = await createApiKeyInTx(
       tx,
-      { companyId, environment: 'sandbox', name: 'Default sandbox key', createdBy: owner.id },
+      { companyId, environment: 'sandbox', name: DEFAULT_SANDBOX_KEY_NAME, createdBy: owner.id },
       context,
     );
     const sandbox = await provisionSandboxLedger(tx, companyId);
