@@ -217,6 +217,8 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
   const returnWindowMs = positiveMs('returnWindowMs', input.returnWindowMs, RETURN_WINDOW_MS_DEFAULT);
   /** The longest wait between two asks of a rail that gave no usable answer after the window. */
   const retryWaitMaxMs = Math.max(DAY_MS, confirmationPollMs);
+  /** The next wait of a loop that may not give up: doubled, to retryWaitMaxMs at most. */
+  const longerWait = (waitMs: number) => Math.min(2 * waitMs, retryWaitMaxMs);
   const returnPollMs = pollInterval(
     positiveMs('returnPollMs', input.returnPollMs, RETURN_POLL_MS_DEFAULT),
     returnWindowMs,
@@ -366,7 +368,7 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
     // LEDGER_OPTIONS retry every transient failure; a non-retryable one (the rail refused the
     // question itself) is no answer either: the payout may still be made, so the hold stays and the
     // rail is asked again later. Failing the run would strand the hold (nothing restarts it).
-    for (let waitMs = confirmationPollMs; cancellation === undefined; waitMs = Math.min(2 * waitMs, retryWaitMaxMs)) {
+    for (let waitMs = confirmationPollMs; cancellation === undefined; waitMs = longerWait(waitMs)) {
       try {
         cancellation = await cancelRailPayout(ref);
       } catch (error) {
@@ -452,7 +454,7 @@ export async function transferSettlementWorkflow(input: TransferSettlementInput)
         // before the ledger settles it. The rail answers a repeated submission as before.
         // Unbounded (the hold of a paid payout is never voided), so it backs off: from one poll
         // interval, doubling, to a day at most; an hourly loop would grow the history for good.
-        for (let waitMs = confirmationPollMs; submission === undefined; waitMs = Math.min(2 * waitMs, retryWaitMaxMs)) {
+        for (let waitMs = confirmationPollMs; submission === undefined; waitMs = longerWait(waitMs)) {
           submission = await submit();
           if (settledBySubmission === undefined && submission?.outcome === 'confirmed') {
             adopt({ ...snapshot, status: 'processing', railReference: submission.reference });
