@@ -134,6 +134,9 @@ function strictSane(answer: Answer, label: string): void {
   assert.ok(answer.headers['x-request-id'], `${label}: no X-Request-Id`);
 }
 
+/** Spellings of a number that no decimal-string amount accepts. */
+const MALFORMED_DECIMALS = ['1e3', '0x10', ' 1.00', '1.', '.5', '-0', '1,00', '１'];
+
 let keyCounter = 0;
 const newKey = () => `fuzz-${process.pid}-${Date.now()}-${++keyCounter}`;
 
@@ -285,14 +288,7 @@ describe('hostile input: never a 500, never a hang, never a cross-tenant leak', 
     '0',
     '1',
     'x'.repeat(10_000),
-    '1e3',
-    '0x10',
-    ' 1.00',
-    '1.',
-    '.5',
-    '-0',
-    '1,00',
-    '１',
+    ...MALFORMED_DECIMALS,
     '１０',
     '٣',
     '1_000',
@@ -362,29 +358,14 @@ describe('hostile input: never a 500, never a hang, never a cross-tenant leak', 
   });
 
   it('refuses amounts that are not plain decimals (Shape A) and non-integers (Shape B), with 400s', async () => {
+    /** A Shape B body whose amount is the JSON text `raw`, exactly as written. */
+    const shapeBWithRawAmount = (raw: string) =>
+      `{"amount":${raw},"currency":"USD","source":"${own.sandbox.usdWalletId}","destination":"${own.sandbox.usdAccountId}"}`;
     const shapeA = (amount: unknown) => ({
       source: { currency: 'USDC', rail: 'stablecoin', amount },
       destination: { currency: 'USD', rail: 'ach', account: own.sandbox.achAccountId },
     });
-    const bad = [
-      '1e3',
-      '0x10',
-      ' 1.00',
-      '1.',
-      '.5',
-      '-0',
-      '1,00',
-      '１',
-      '0',
-      '0.000000',
-      '0.0000001',
-      '-1',
-      '+1',
-      '00.5',
-      '1.00 ',
-      '',
-      '9'.repeat(40),
-    ];
+    const bad = [...MALFORMED_DECIMALS, '0', '0.000000', '0.0000001', '-1', '+1', '00.5', '1.00 ', '', '9'.repeat(40)];
     for (const amount of bad) {
       const answer = await v1('POST', '/v1/transfers', { body: shapeA(amount) });
       assertSane(answer, `Shape A amount ${JSON.stringify(amount)}`);
@@ -393,7 +374,7 @@ describe('hostile input: never a 500, never a hang, never a cross-tenant leak', 
     for (const raw of ['1e3', '1.0', '1E3', '10.000']) {
       // Valid JSON numbers that are integers: legitimate (JSON has no integer type).
       const answer = await v1('POST', '/v1/transfers', {
-        raw: `{"amount":${raw},"currency":"USD","source":"${own.sandbox.usdWalletId}","destination":"${own.sandbox.usdAccountId}"}`,
+        raw: shapeBWithRawAmount(raw),
       });
       assertSane(answer, `Shape B amount ${raw}`);
     }
@@ -412,7 +393,7 @@ describe('hostile input: never a 500, never a hang, never a cross-tenant leak', 
       '{"$numberLong":"1"}',
     ]) {
       const answer = await v1('POST', '/v1/transfers', {
-        raw: `{"amount":${raw},"currency":"USD","source":"${own.sandbox.usdWalletId}","destination":"${own.sandbox.usdAccountId}"}`,
+        raw: shapeBWithRawAmount(raw),
       });
       assertSane(answer, `Shape B amount ${raw}`);
       soft(answer.status === 400, `Shape B amount ${raw}: ${answer.text}`);

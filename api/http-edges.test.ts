@@ -81,14 +81,20 @@ describe('HTTP edges', { timeout: 300_000 }, () => {
   });
   after(async () => testApp.close());
 
-  it('a sandbox control answers 503 SERVICE_UNAVAILABLE promptly when Temporal cannot be reached (not a 500 after ~20 s)', async () => {
+  /** A Shape A payout, answered 201 while Temporal is unreachable (so it stays pending). */
+  async function payoutOf(amount: string): Promise<Answer> {
     const payout = await v1('POST', '/v1/transfers', {
       body: JSON.stringify({
-        source: { currency: 'USDC', rail: 'stablecoin', amount: '1.15' },
+        source: { currency: 'USDC', rail: 'stablecoin', amount },
         destination: { currency: 'USD', rail: 'ach', account: own.sandbox.achAccountId },
       }),
     });
-    assert.equal(payout.status, 201);
+    assert.equal(payout.status, 201, JSON.stringify(payout.body));
+    return payout;
+  }
+
+  it('a sandbox control answers 503 SERVICE_UNAVAILABLE promptly when Temporal cannot be reached (not a 500 after ~20 s)', async () => {
+    const payout = await payoutOf('1.15');
     assert.equal(payout.body.status, 'pending', 'Temporal is unreachable: the payout stays pending');
     const settle = await v1('POST', `/v1/sandbox/transfers/${payout.body.id}/settle`, { body: '{}' });
     assert.equal(settle.status, 503, JSON.stringify(settle.body));
@@ -98,13 +104,7 @@ describe('HTTP edges', { timeout: 300_000 }, () => {
   });
 
   it('a sandbox return answers 503 when Temporal cannot be reached, not "retry in a moment"', async () => {
-    const payout = await v1('POST', '/v1/transfers', {
-      body: JSON.stringify({
-        source: { currency: 'USDC', rail: 'stablecoin', amount: '2.00' },
-        destination: { currency: 'USD', rail: 'ach', account: own.sandbox.achAccountId },
-      }),
-    });
-    assert.equal(payout.status, 201);
+    const payout = await payoutOf('2.00');
     // Settled as the run would have settled it, so that only a return is left to simulate.
     const scope = { companyId: own.company.id, environment: 'sandbox' as const };
     await withTenant(testApp.ownerSql, own.company.id, async (tx) => {
