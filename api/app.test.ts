@@ -273,6 +273,7 @@ describe('operations and docs routes', () => {
       // Health and docs routes never query: a pool that is never used never connects.
       sql: unusedPool,
       signer: createTransferSigner({ sql: unusedPool }),
+      ledger: () => Promise.reject(new Error('health and docs routes write no transfers')),
       rails: {
         temporal: new Client({ connection: Connection.lazy({ address: '127.0.0.1:1' }) }),
         fxRates: PEGGED_RATES,

@@ -1,4 +1,5 @@
 import type { Sql } from '../db/client.ts';
+import type { LedgerWrite } from '../db/ledger-batch.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { LoginPolicy } from '../services/auth.ts';
 import type { IdempotencyRunner } from './route.ts';
@@ -23,6 +24,8 @@ export interface AppDeps {
   trustProxy?: boolean;
   loginPolicy: LoginPolicy;
   idempotency: IdempotencyRunner;
+  /** Writes Shape B transfers, batching those that arrive while the database is busy. */
+  ledger: LedgerWrite;
   /** Signs every transfer object the API returns; also serves the public keys. */
   signer: TransferSigner & { jwks(): Promise<{ keys: unknown[] }> };
   /** External rails: the Temporal client that starts settlement workflows, FX rates, wait limits. */

@@ -1,11 +1,12 @@
 // Production entry point of the HTTP API: `npm run start:api`.
-import { loadConfig } from '../platform/config.ts';
+import { ledgerBatchInFlight, loadConfig } from '../platform/config.ts';
 import { createLogger } from '../platform/logger.ts';
 import { notifyReady, onShutdown } from '../platform/lifecycle.ts';
 import { connectTemporalClient, pingTemporal } from '../platform/temporal.ts';
 import { appDatabaseOptions, createSql, pingDatabase } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY } from '../services/auth.ts';
 import { createIdempotency } from './middleware/idempotency.ts';
+import { createLedgerBatcher } from '../db/ledger-batch.ts';
 import { createTransferSigner } from '../services/signing.ts';
 import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp } from './app.ts';
@@ -42,6 +43,10 @@ const app = createApp({
   },
   trustProxy: config.TRUST_PROXY === '1',
   signer,
+  ledger: createLedgerBatcher(sql, {
+    inFlightMax: ledgerBatchInFlight(config),
+    batchMax: config.LEDGER_BATCH_MAX,
+  }).write,
   rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({
     sql,

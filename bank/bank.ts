@@ -471,6 +471,9 @@ export async function runBankTest(options: BankOptions): Promise<BankReport> {
       DATA_DIR: options.dataDir,
       LOG_LEVEL: 'warn',
       IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
+      // Two Shape B batches in the database at once, so that the clients' transfers queue and go in
+      // batches (group commit, db/ledger-batch.ts), and the kills land in the middle of some.
+      LEDGER_BATCH_IN_FLIGHT_MAX: '2',
     });
     const apiUrl = `http://127.0.0.1:${apiPort}`;
     const api = new Service(

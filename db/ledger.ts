@@ -262,6 +262,16 @@ export async function postLedgerTransfer(
   return toTransfer(row!);
 }
 
+/** A Shape B transfer as the hot path writes it; `createdAt` is in the signed response. */
+export interface HotPathTransfer {
+  id: string;
+  amount: bigint;
+  currency: string;
+  sourceAccountId: string;
+  destinationAccountId: string;
+  createdAt: Date;
+}
+
 /**
  * The Shape B hot path in ONE statement and one commit (migration 00006): claims the Idempotency-Key
  * with the response to store, checks both accounts, and writes the settled transfer exactly as
@@ -274,14 +284,7 @@ export async function postLedgerTransfer(
 export async function postLedgerTransferClaimingKey(
   sql: Sql,
   claim: IdempotencyClaim,
-  transfer: {
-    id: string;
-    amount: bigint;
-    currency: string;
-    sourceAccountId: string;
-    destinationAccountId: string;
-    createdAt: Date;
-  },
+  transfer: HotPathTransfer,
 ): Promise<ClaimOutcome> {
   const [row] = await sql<ClaimOutcomeRow[]>`
     select * from post_ledger_transfer_idempotent(

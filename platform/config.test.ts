@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ConfigError, IDEMPOTENCY_LEASE_MARGIN_MS, loadConfig } from './config.ts';
+import { ConfigError, IDEMPOTENCY_LEASE_MARGIN_MS, ledgerBatchInFlight, loadConfig } from './config.ts';
 
 describe('configuration', () => {
   it('takes the defaults, whose idempotency lease outlasts the Shape A outcome wait', () => {
@@ -24,5 +24,19 @@ describe('configuration', () => {
     );
     // The bank test's children run with a 10 s lease and the default 3 s wait.
     assert.equal(loadConfig({ IDEMPOTENCY_LEASE_MS: '10000' }).IDEMPOTENCY_LEASE_MS, 10_000);
+  });
+
+  it('leaves two of the pool connections to other work, and refuses a ledger batch setting that would not', () => {
+    assert.equal(ledgerBatchInFlight(loadConfig({})), 8);
+    assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '5' })), 3);
+    assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '1' })), 1);
+    assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '40' })), 8);
+    assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '40', LEDGER_BATCH_IN_FLIGHT_MAX: '16' })), 16);
+    assert.throws(
+      () => loadConfig({ DATABASE_POOL_MAX: '10', LEDGER_BATCH_IN_FLIGHT_MAX: '10' }),
+      (error: unknown) =>
+        error instanceof ConfigError &&
+        error.message.includes('LEDGER_BATCH_IN_FLIGHT_MAX: must be less than DATABASE_POOL_MAX (10)'),
+    );
   });
 });

@@ -35,6 +35,12 @@ const ZConfigFields = z.object({
    */
   DATABASE_APP_PASSWORD: z.string().min(16, 'at least 16 characters').max(200).optional(),
   DATABASE_POOL_MAX: ZPositiveInt.max(200).default(10),
+  /**
+   * Shape B group commit (db/ledger-batch.ts): batches of ledger transfers in the database at once
+   * (the transfers arriving meanwhile wait and go together), and transfers per batch at most.
+   */
+  LEDGER_BATCH_IN_FLIGHT_MAX: ZPositiveInt.max(199).optional(),
+  LEDGER_BATCH_MAX: ZPositiveInt.max(1000).default(32),
   DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
   DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),
   DATABASE_STATEMENT_TIMEOUT_MS: ZPositiveInt.max(600_000).default(10_000),
@@ -78,6 +84,16 @@ const ZConfigFields = z.object({
 
 /** The variables, and the rules between them. */
 export const ZConfig = ZConfigFields.superRefine((config, context) => {
+  if (
+    config.LEDGER_BATCH_IN_FLIGHT_MAX !== undefined &&
+    config.LEDGER_BATCH_IN_FLIGHT_MAX >= config.DATABASE_POOL_MAX
+  ) {
+    context.addIssue({
+      code: 'custom',
+      path: ['LEDGER_BATCH_IN_FLIGHT_MAX'],
+      message: `must be less than DATABASE_POOL_MAX (${config.DATABASE_POOL_MAX}): ledger batches may not take every connection`,
+    });
+  }
   const leaseMin = config.TRANSFER_OUTCOME_WAIT_MS + IDEMPOTENCY_LEASE_MARGIN_MS;
   if (config.IDEMPOTENCY_LEASE_MS < leaseMin) {
     context.addIssue({
@@ -92,6 +108,14 @@ export const ZConfig = ZConfigFields.superRefine((config, context) => {
 });
 
 export type TConfig = z.infer<typeof ZConfig> & { dataDir: string };
+
+/**
+ * Ledger batches in the database at once: LEDGER_BATCH_IN_FLIGHT_MAX, else 8 (the benchmark's best
+ * on 2 cores) with two of the pool's connections always left for everything else.
+ */
+export function ledgerBatchInFlight(config: Pick<TConfig, 'LEDGER_BATCH_IN_FLIGHT_MAX' | 'DATABASE_POOL_MAX'>): number {
+  return config.LEDGER_BATCH_IN_FLIGHT_MAX ?? Math.max(1, Math.min(8, config.DATABASE_POOL_MAX - 2));
+}
 
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';

@@ -1,12 +1,7 @@
 import type { Sql } from '../db/client.ts';
 import type { ClaimOutcome, IdempotencyClaim } from '../db/idempotency.ts';
-import {
-  findLedgerAccount,
-  postLedgerTransfer,
-  postLedgerTransferClaimingKey,
-  type Environment,
-  type LedgerTransfer,
-} from '../db/ledger.ts';
+import type { LedgerWrite } from '../db/ledger-batch.ts';
+import { findLedgerAccount, postLedgerTransfer, type Environment, type LedgerTransfer } from '../db/ledger.ts';
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
 import { DomainError } from '../workflows/shared/errors.ts';
@@ -43,7 +38,11 @@ function checkRequest(request: LedgerTransferRequest): void {
   const info = currencyInfo(request.currency);
   if (!info) throw new DomainError('invalid', 'UNSUPPORTED_CURRENCY', `Currency ${request.currency} is not supported.`);
   if (request.amount <= 0n || request.amount > AMOUNT_MAX_MINOR) {
-    throw new DomainError('invalid', 'AMOUNT_OUT_OF_RANGE', `amount must be between 1 and ${AMOUNT_MAX_MINOR} minor units.`);
+    throw new DomainError(
+      'invalid',
+      'AMOUNT_OUT_OF_RANGE',
+      `amount must be between 1 and ${AMOUNT_MAX_MINOR} minor units.`,
+    );
   }
   if (request.source === request.destination) {
     throw new DomainError('unprocessable', 'SAME_ACCOUNT', 'source and destination must be different accounts.');
@@ -54,13 +53,19 @@ function checkRequest(request: LedgerTransferRequest): void {
 function refusalOf(error: unknown, request: LedgerTransferRequest): DomainError | undefined {
   const pg = error as { code?: string; constraint_name?: string; detail?: string };
   if (pg.code === POSTGRES_CHECK_VIOLATION && pg.constraint_name === 'ledger_accounts_no_overdraft') {
-    return new DomainError('unprocessable', 'INSUFFICIENT_FUNDS', 'The source account does not have enough available balance.');
+    return new DomainError(
+      'unprocessable',
+      'INSUFFICIENT_FUNDS',
+      'The source account does not have enough available balance.',
+    );
   }
   if (pg.constraint_name === 'transfers_idempotency_unique') {
     return new DomainError('conflict', 'IDEMPOTENCY_KEY_USED', 'A transfer with this Idempotency-Key already exists.');
   }
   if (pg.code === HOT_PATH_ACCOUNT_NOT_FOUND) {
-    return pg.detail === 'destination' ? accountNotFound('destination', request.destination) : accountNotFound('source', request.source);
+    return pg.detail === 'destination'
+      ? accountNotFound('destination', request.destination)
+      : accountNotFound('source', request.source);
   }
   if (pg.code === HOT_PATH_CURRENCY_MISMATCH) {
     const held = JSON.parse(pg.detail ?? '{}') as { source?: string; destination?: string };
@@ -129,11 +134,12 @@ export async function createLedgerTransfer(
  * checks the request and fixes the transfer (a new ID, created now on this process's clock, settled),
  * so that its response can be built and signed BEFORE anything is written; `write(claim)` then
  * claims the Idempotency-Key, checks both accounts and settles the transfer in ONE statement and one
- * commit (db/ledger.ts `postLedgerTransferClaimingKey`), storing the claim's response with the key.
+ * commit (db/ledger.ts `postLedgerTransferClaimingKey`, or batched with others by db/ledger-batch.ts),
+ * storing the claim's response with the key.
  * The same refusals as `createLedgerTransfer`, with the same codes.
  */
 export function prepareLedgerTransfer(
-  sql: Sql,
+  writeLedger: LedgerWrite,
   scope: { companyId: string; environment: Environment },
   request: LedgerTransferRequest,
   idempotencyKey: string,
@@ -161,7 +167,7 @@ export function prepareLedgerTransfer(
     transfer,
     write: (claim) =>
       withRetries(request, () =>
-        postLedgerTransferClaimingKey(sql, claim, {
+        writeLedger(claim, {
           id: transfer.id,
           amount: transfer.amount,
           currency: transfer.currency,

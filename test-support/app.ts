@@ -5,6 +5,7 @@ import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp, type App } from '../api/app.ts';
 import { createIdempotency } from '../api/middleware/idempotency.ts';
 import { closeServer, listen } from '../api/server.ts';
+import { createLedgerBatcher } from '../db/ledger-batch.ts';
 import { type Sql } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY, type LoginPolicy } from '../services/auth.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -44,6 +45,7 @@ export async function startTestApp(
     logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
     sql: appSql,
     signer,
+    ledger: createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 32 }).write,
     rails: {
       // Tests that start settlement workflows pass a time-skipping environment's client; for the
       // others a lazy connection that is never used never connects.
@@ -88,7 +90,10 @@ export interface TestTenant extends ProvisionedTenant {
   token: string;
 }
 
-export async function provisionTestTenant(testApp: TestApp, options: { isMasterCompany?: boolean } = {}): Promise<TestTenant> {
+export async function provisionTestTenant(
+  testApp: TestApp,
+  options: { isMasterCompany?: boolean } = {},
+): Promise<TestTenant> {
   tenantCounter += 1;
   const tenant = await provisionTenant(
     testApp.ownerSql,

@@ -57,13 +57,16 @@ export async function createTestDatabase(options: { empty?: boolean; poolMax?: n
 }
 
 /** A pool on a test database that connects as `payments_app`, as the API and worker do: RLS applies. */
-export function createAppRoleSql(url: string, options: { applicationName: string; poolMax?: number }): Sql {
+export function createAppRoleSql(
+  url: string,
+  options: { applicationName: string; poolMax?: number; statementTimeoutMs?: number },
+): Sql {
   return createSql({
     url,
     poolMax: options.poolMax ?? 5,
     connectTimeoutS: 10,
     idleTimeoutS: 5,
-    statementTimeoutMs: 10_000,
+    statementTimeoutMs: options.statementTimeoutMs ?? 10_000,
     applicationName: options.applicationName,
     role: APP_ROLE,
   });

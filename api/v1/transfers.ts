@@ -3,6 +3,7 @@ import type { Sql } from '../../db/client.ts';
 import { findTransfer, listTransfers, transferHistory } from '../../db/ledger.ts';
 import { withTenant } from '../../db/tenant.ts';
 import { prepareLedgerTransfer } from '../../services/transfers.ts';
+import type { LedgerWrite } from '../../db/ledger-batch.ts';
 import { createPayoutTransfer, type RailTransferDeps } from '../../services/rail-transfers.ts';
 import { notFound } from '../../workflows/shared/errors.ts';
 import { AMOUNT_MAX_MINOR } from '../../workflows/shared/money.ts';
@@ -53,6 +54,8 @@ export const ZCreateTransferRequest = z.union([ZShapeB, ZShapeA]);
 
 export interface TransferRouteDeps {
   sql: Sql;
+  /** Writes Shape B transfers: batched with those arriving meanwhile (db/ledger-batch.ts). */
+  ledger: LedgerWrite;
   signer: TransferSigner;
   rails: Omit<RailTransferDeps, 'sql'>;
 }
@@ -108,7 +111,7 @@ export function postTransfer(deps: TransferRouteDeps) {
       // one statement that claims the key, settles the transfer and stores this very response.
       await idempotency.inStatement(async () => {
         const { transfer, write } = prepareLedgerTransfer(
-          deps.sql,
+          deps.ledger,
           { companyId, environment },
           {
             amount: BigInt(shapeB.amount),
