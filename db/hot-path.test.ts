@@ -2,18 +2,16 @@
 // pool as payments_app, under row-level security. Each refusal must leave nothing behind (no key, no
 // transfer, no balance change), and a key that exists must come back untouched.
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
-import { newId } from '../platform/ids.ts';
 import type { Sql } from './client.ts';
-import { insertRunningIdempotencyKey, type IdempotencyClaim } from './idempotency.ts';
-import { postLedgerTransferClaimingKey } from './ledger.ts';
+import { insertRunningIdempotencyKey } from './idempotency.ts';
+import { postLedgerTransferClaimingKey, type HotPathTransfer } from './ledger.ts';
+import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
 import { withTenant } from './tenant.ts';
-
-const DAY_MS = 24 * 60 * 60 * 1000;
 
 describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () => {
   let database: TestDatabase;
@@ -35,30 +33,9 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
     await database.drop();
   });
 
-  const claimFor = (key: string, body = `{"n":${++counter}}`): IdempotencyClaim => ({
-    companyId: tenant.company.id,
-    environment: 'sandbox',
-    key,
-    requestMethod: 'POST',
-    requestPath: '/v1/transfers',
-    requestHash: createHash('sha256').update(body).digest(),
-    ttlMs: DAY_MS,
-    response: {
-      status: 201,
-      headers: { 'content-type': 'application/json; charset=utf-8', location: '/v1/transfers/x' },
-      body: Buffer.from(body),
-    },
-  });
+  const claimFor = (key: string, body = `{"n":${++counter}}`) => hotPathClaim(tenant.company.id, key, body);
   const newKey = () => `hot-${randomBytes(6).toString('hex')}`;
-  const usd = (amount: bigint, overrides: Partial<{ sourceAccountId: string; destinationAccountId: string; currency: string; createdAt: Date }> = {}) => ({
-    id: newId('tr'),
-    amount,
-    currency: 'USD',
-    sourceAccountId: tenant.sandbox.usdWalletId,
-    destinationAccountId: tenant.sandbox.usdAccountId,
-    createdAt: new Date(),
-    ...overrides,
-  });
+  const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}) => usdHotPathTransfer(tenant, amount, overrides);
   const keyRow = async (key: string) =>
     (await ownerSql`select status, response_status, response_headers, response_body from idempotency_keys where key = ${key}`)[0];
   const transfersUnder = async (key: string) =>

@@ -3,18 +3,16 @@
 // outcome (a refusal undoes only itself), a batch the database aborts as a whole is written again
 // transfer by transfer, and batches never deadlock, whatever the directions.
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
 import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { newId } from '../platform/ids.ts';
 import type { Sql } from './client.ts';
-import type { IdempotencyClaim } from './idempotency.ts';
 import { createLedgerBatcher, type LedgerBatcher } from './ledger-batch.ts';
 import { openLedgerAccount, type HotPathTransfer } from './ledger.ts';
-
-const DAY_MS = 24 * 60 * 60 * 1000;
+import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
 
 describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   let database: TestDatabase;
@@ -44,26 +42,11 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     await database.drop();
   });
 
-  const claimFor = (key: string, owner = tenant, body = `{"n":${++counter}}`): IdempotencyClaim => ({
-    companyId: owner.company.id,
-    environment: 'sandbox',
-    key,
-    requestMethod: 'POST',
-    requestPath: '/v1/transfers',
-    requestHash: createHash('sha256').update(body).digest(),
-    ttlMs: DAY_MS,
-    response: { status: 201, headers: { 'content-type': 'application/json; charset=utf-8' }, body: Buffer.from(body) },
-  });
+  const claimFor = (key: string, owner = tenant, body = `{"n":${++counter}}`) =>
+    hotPathClaim(owner.company.id, key, body);
   const newKey = () => `batch-${randomBytes(6).toString('hex')}`;
-  const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}, owner = tenant): HotPathTransfer => ({
-    id: newId('tr'),
-    amount,
-    currency: 'USD',
-    sourceAccountId: owner.sandbox.usdWalletId,
-    destinationAccountId: owner.sandbox.usdAccountId,
-    createdAt: new Date(),
-    ...overrides,
-  });
+  const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}, owner = tenant) =>
+    usdHotPathTransfer(owner, amount, overrides);
   const posted = async (id: string) =>
     (await ownerSql<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${id}`)[0]!.posted;
   const keyRows = async (key: string) =>
