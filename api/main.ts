@@ -50,7 +50,14 @@ const app = createApp({
   rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({
     sql,
-    options: { ttlMs: config.IDEMPOTENCY_TTL_HOURS * 3_600_000, leaseMs: config.IDEMPOTENCY_LEASE_MS },
+    options: {
+      ttlMs: config.IDEMPOTENCY_TTL_HOURS * 3_600_000,
+      leaseMs: config.IDEMPOTENCY_LEASE_MS,
+      replayCache: {
+        ttlMs: config.IDEMPOTENCY_REPLAY_CACHE_SECONDS * 1_000,
+        maxBytes: config.IDEMPOTENCY_REPLAY_CACHE_MB * 1024 * 1024,
+      },
+    },
   }),
   readiness: {
     postgres: () => pingDatabase(sql),

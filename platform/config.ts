@@ -68,6 +68,9 @@ const ZConfigFields = z.object({
     .max(24 * 30)
     .default(24),
   IDEMPOTENCY_LEASE_MS: ZPositiveInt.min(1000).max(600_000).default(60_000),
+  // Retries answered from memory (api/middleware/replay-cache.ts): how long, 0 = off, and how much.
+  IDEMPOTENCY_REPLAY_CACHE_SECONDS: z.coerce.number().int().min(0).max(3_600).default(300),
+  IDEMPOTENCY_REPLAY_CACHE_MB: ZPositiveInt.max(4_096).default(32),
   TRANSFER_OUTCOME_WAIT_MS: ZPositiveInt.max(10_000).default(3_000),
   SHUTDOWN_TIMEOUT_MS: ZPositiveInt.max(120_000).default(20_000),
   PUBLIC_BASE_URL: z.url().optional(),

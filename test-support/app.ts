@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { Client, Connection } from '@temporalio/client';
 import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp, type App } from '../api/app.ts';
-import { createIdempotency } from '../api/middleware/idempotency.ts';
+import { createIdempotency, type Idempotency } from '../api/middleware/idempotency.ts';
 import { closeServer, listen } from '../api/server.ts';
 import { createLedgerBatcher } from '../db/ledger-batch.ts';
 import { type Sql } from '../db/client.ts';
@@ -23,6 +23,8 @@ export interface TestApp {
   /** The app's own pool, as `payments_app` under row-level security. */
   appSql: Sql;
   signer: TransferSigner;
+  /** The app's idempotency layer: clearReplayCache() after deleting a key's row by hand. */
+  idempotency: Idempotency;
   close(): Promise<void>;
 }
 
@@ -40,6 +42,15 @@ export async function startTestApp(
   const database = await createTestDatabase();
   const appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-api', poolMax: 10 });
   const signer = createTransferSigner({ sql: appSql });
+  // As api/main.ts configures it by default: retries of this app's writes are answered from memory.
+  const idempotency = createIdempotency({
+    sql: appSql,
+    options: {
+      ttlMs: 24 * 60 * 60 * 1000,
+      leaseMs: 60_000,
+      replayCache: { ttlMs: 300_000, maxBytes: 8 * 1024 * 1024 },
+    },
+  });
   const app = createApp({
     // LOG_LEVEL=error npm test -- file shows the app's errors (npm test sets it to silent by default).
     logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
@@ -59,7 +70,7 @@ export async function startTestApp(
     ...(options.trustProxy ? { trustProxy: true } : {}),
     webhooks: { allowPrivateUrls: true, maxEndpoints: 16, ...options.webhooks },
     loginPolicy: { ...DEFAULT_LOGIN_POLICY, ...options.loginPolicy },
-    idempotency: createIdempotency({ sql: appSql, options: { ttlMs: 24 * 60 * 60 * 1000, leaseMs: 60_000 } }),
+    idempotency,
   });
   const { server, url }: { server: Server; url: string } = await listen(app.koa, {
     host: '127.0.0.1',
@@ -75,6 +86,7 @@ export async function startTestApp(
     ownerSql: database.sql,
     appSql,
     signer,
+    idempotency,
     async close() {
       await closeServer(server);
       await appSql.end({ timeout: 5 });

@@ -21,6 +21,7 @@ import {
 import { withTenant } from '../../db/tenant.ts';
 import { problems, type HttpProblem } from '../problem.ts';
 import { knownProblem, sendProblem } from './errors.ts';
+import { ReplayCache, type ReplayCacheOptions } from './replay-cache.ts';
 
 // Idempotency for every write (DESIGN contract 5). The route layer calls `run` after authentication
 // and validation; `run` either executes the operation once and stores its response under the key,
@@ -66,6 +67,11 @@ export interface IdempotencyOptions {
   ttlMs: number;
   /** How long a running request holds its key before another request may take it over. */
   leaseMs: number;
+  /**
+   * Responses this process stored, kept in memory to answer retries (see replay-cache.ts);
+   * absent or `ttlMs: 0`: every replay reads the key's row.
+   */
+  replayCache?: ReplayCacheOptions;
 }
 
 /** A response for `recordResponse`: a JSON body (or none), serialized once and stored as bytes. */
@@ -182,6 +188,11 @@ export interface Idempotency {
     options: { required: boolean; deferred?: boolean },
     execute: () => Promise<void>,
   ): Promise<void>;
+  /**
+   * Forgets the responses kept in memory. Only needed when a key's row is deleted before its
+   * retention ended (by hand, or by a test standing in for the purge).
+   */
+  clearReplayCache(): void;
 }
 
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
@@ -319,6 +330,13 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   const { sql, options } = deps;
   assert(Number.isInteger(options.ttlMs) && options.ttlMs >= TTL_MS_MIN, 'idempotency ttlMs must be at least 24 h');
   assert(Number.isInteger(options.leaseMs) && options.leaseMs >= 1000, 'idempotency leaseMs must be at least 1 s');
+  const replayCache = new ReplayCache(options.replayCache ?? { ttlMs: 0, maxBytes: 0 });
+  /**
+   * `response` is now the committed answer of a completed key (its row was inserted or completed
+   * by a statement that returned): it is kept for retries, as long as the row is at most.
+   */
+  const remember = (id: IdempotencyKeyId, request: RequestFingerprint, response: StoredResponse) =>
+    replayCache.set(id, request.hash, response, options.ttlMs);
 
   /** The key as a running row for `request`, with the configured lease and retention. */
   const runningKey = (id: IdempotencyKeyId, request: RequestFingerprint) => ({
@@ -373,6 +391,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   async function store(
     ctx: Context,
     id: IdempotencyKeyId,
+    request: RequestFingerprint,
     lease: Date,
     response: StoredResponse,
     sent: StoredResponse = response,
@@ -381,7 +400,8 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       const completed = await withTenant(sql, id.companyId, (tx) =>
         completeIdempotencyKey(tx, { ...id, lease, response }),
       );
-      if (!completed) ctx.state.logger.warn({ key: id.key }, 'idempotency: lease lost before the response was stored');
+      if (completed) remember(id, request, response);
+      else ctx.state.logger.warn({ key: id.key }, 'idempotency: lease lost before the response was stored');
     } catch (error) {
       // The operation has happened: answer with its result rather than a 500 that invites a retry.
       ctx.state.logger.error(
@@ -506,7 +526,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
       const refusal = captureResponse(ctx, problem.headers);
       if (!claimInside) {
         assert(lease !== undefined, 'the classic flow holds its lease from the start');
-        await store(ctx, id, lease, refusal);
+        await store(ctx, id, request, lease, refusal);
         return;
       }
       const existing = await storeRefusal(ctx, id, request, lease, refusal);
@@ -530,7 +550,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
     assert(lease !== undefined, 'a handler run with claimInTransaction must claim its key before it succeeds');
     const sent = captureResponse(ctx);
     const { idempotentReplayBody: replayBody } = ctx.state;
-    await store(ctx, id, lease, replayBody === undefined ? sent : withReplayBody(sent, replayBody), sent);
+    await store(ctx, id, request, lease, replayBody === undefined ? sent : withReplayBody(sent, replayBody), sent);
   }
 
   /**
@@ -553,7 +573,10 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         ? undefined
         : findIdempotencyKey(tx, id);
     });
-    if (!existing) writeResponse(ctx, refusal);
+    if (!existing) {
+      remember(id, request, refusal);
+      writeResponse(ctx, refusal);
+    }
     return existing;
   }
 
@@ -590,6 +613,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         };
       }
       if (outcome.kind === 'created') {
+        remember(id, request, stored!);
         writeResponse(ctx, stored!);
         return;
       }
@@ -605,6 +629,7 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
   }
 
   return {
+    clearReplayCache: () => replayCache.clear(),
     async run(ctx, scope, runOptions, execute) {
       const key = readKey(ctx);
       if (key === undefined) {
@@ -620,6 +645,13 @@ export function createIdempotency(deps: { sql: Sql; options: IdempotencyOptions 
         path: ctx.path.slice(0, REQUEST_PATH_LENGTH_MAX),
         hash: requestFingerprint(method, ctx.originalUrl, (ctx.request as { body?: unknown }).body),
       };
+      // A retry of a request this process answered: the same answers as from the key's row.
+      const cached = replayCache.get(id);
+      if (cached !== undefined) {
+        if (!cached.requestHash.equals(request.hash)) throw problems.idempotencyKeyReused();
+        writeReplay(ctx, cached.response);
+        return;
+      }
       if (!runOptions.deferred) {
         await runClaimed(ctx, id, request, execute);
         return;

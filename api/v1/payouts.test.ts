@@ -65,9 +65,14 @@ describe('/v1 payouts (Shape A) through the settlement workflow', { timeout: 180
         },
       },
     });
-  /** As the 24 h purge does once a key has expired: the transfers stay, their keys' records go. */
-  const purgeKeys = () =>
-    purgeExpiredIdempotencyKeys(testApp.ownerSql, { asOf: new Date(Date.now() + 25 * 3600_000), limit: 1000 });
+  /**
+   * As the 24 h purge does once a key has expired: the transfers stay, their keys' records go (and,
+   * that much later, the API's replay cache has long forgotten them).
+   */
+  const purgeKeys = async () => {
+    await purgeExpiredIdempotencyKeys(testApp.ownerSql, { asOf: new Date(Date.now() + 25 * 3600_000), limit: 1000 });
+    testApp.idempotency.clearReplayCache();
+  };
   const wallet = async () =>
     (await call(testApp, 'GET', `/v1/accounts/${tenant.sandbox.usdcWalletId}`, { token: tenant.sandboxApiKey })).body
       .balances;
