@@ -781,12 +781,45 @@ async function main(): Promise<void> {
     }
 
     if (PHASES.has('replay') && apiSent.length > 0) {
+      // A retry that reaches the process that answered it: from its replay cache.
       const replay = await measured(sql, 'API Shape B, replay', () =>
         load(apiPlan('replay', { replay: apiSent }, 'api-replay')),
       );
-      figures.apiReplay = figureOf('API Shape B idempotent replay', replay, `${replay.replayed} replayed`);
+      figures.apiReplay = figureOf(
+        'API Shape B idempotent replay, same process (replay cache)',
+        replay,
+        `${replay.replayed} replayed`,
+      );
       log(
         `api replay: ${replay.throughput.toFixed(0)}/s replayed=${replay.replayed} ${JSON.stringify(replay.byStatus)}`,
+      );
+      // A retry that reaches another API process (behind a load balancer, or after a restart): a
+      // second API, its cache off, answers the same requests from the keys' rows.
+      const coldPort = await freePort();
+      const cold = await forkReady(
+        'api',
+        'api/main.ts',
+        { ...env, PORT: String(coldPort), IDEMPOTENCY_REPLAY_CACHE_SECONDS: '0' },
+        180_000,
+        profile,
+      );
+      const coldUrl = `http://127.0.0.1:${coldPort}`;
+      await waitFor(
+        "the second API's /readyz to answer 200",
+        async () => (await fetch(`${coldUrl}/readyz`, { signal: AbortSignal.timeout(5_000) })).status === 200,
+        60_000,
+      );
+      const coldReplay = await measured(sql, 'API Shape B, replay, another process', () =>
+        load({ ...apiPlan('replay', { replay: apiSent }, 'api-replay-cold'), baseUrl: coldUrl }),
+      );
+      await stopChild(cold.child);
+      figures.apiReplayCold = figureOf(
+        'API Shape B idempotent replay, another process (from the database)',
+        coldReplay,
+        `${coldReplay.replayed} replayed`,
+      );
+      log(
+        `api replay, another process: ${coldReplay.throughput.toFixed(0)}/s replayed=${coldReplay.replayed} ${JSON.stringify(coldReplay.byStatus)}`,
       );
     }
     // ---- 5. Shape A, and the bare Temporal baseline
@@ -873,6 +906,7 @@ async function main(): Promise<void> {
     { figure: figures.apiSpread, ceiling: figures.bareSpread, target: 0.8, label: '× bare Koa' },
     { figure: figures.apiHot, ceiling: figures.pgbenchHot, target: 0.5, label: '× pgbench hot' },
     { figure: figures.apiReplay, ceiling: figures.apiSpread, target: 1.5, label: '× new transfer' },
+    { figure: figures.apiReplayCold, ceiling: figures.apiSpread, target: 1.5, label: '× new transfer' },
     { figure: figures.temporalBaseline },
     { figure: figures.apiShapeA, ceiling: figures.temporalBaseline, target: 0.8, label: '× bare workflow' },
   ];
