@@ -55,6 +55,8 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     Number(
       (await ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${key}`)[0]!.n,
     );
+  /** After the batcher's pump for what was written so far (it pumps in the event loop's check phase). */
+  const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
   const settle = <T>(promise: Promise<T>) =>
     promise.then(
       (value) => ({ ok: true as const, value }),
@@ -93,6 +95,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64 });
     const [a, b] = await usdAccounts(2, 10_000n);
     const first = batcher.write(claimFor(newKey()), usd(1n, { sourceAccountId: a!, destinationAccountId: b! }));
+    await nextTurn(); // the slot is free: it goes alone, and the rest queue behind it
     const queued = Array.from({ length: 20 }, (_, index) =>
       batcher.write(
         claimFor(newKey()),
@@ -105,6 +108,24 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     // a paid 1 + the even indexes' amounts (2+4+…+20 = 110) and received the odd ones' (1+3+…+19 = 100).
     assert.equal(await posted(a!), 10_000n - 1n - 110n + 100n);
     assert.equal(await posted(b!), 10_000n + 1n + 110n - 100n);
+  });
+
+  it('sends the transfers written in one turn of the event loop together, even with slots free', async () => {
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 64 });
+    const [a, b] = await usdAccounts(2, 10_000n);
+    const together = Array.from({ length: 5 }, (_, index) =>
+      batcher.write(claimFor(newKey()), usd(BigInt(index + 1), { sourceAccountId: a!, destinationAccountId: b! })),
+    );
+    assert.ok((await Promise.all(together)).every((outcome) => outcome.kind === 'created'));
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0 });
+    // Alone in its turn, a transfer goes alone (the single statement, no batch).
+    assert.equal(
+      (await batcher.write(claimFor(newKey()), usd(6n, { sourceAccountId: a!, destinationAccountId: b! }))).kind,
+      'created',
+    );
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0 });
+    assert.equal(await posted(a!), 10_000n - 21n);
+    assert.equal(await posted(b!), 10_000n + 21n);
   });
 
   it('gives each transfer of a batch its own outcome: refusals undo only themselves', async () => {
@@ -120,6 +141,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     };
     const twiceClaim = claimFor(keys.twice);
     const blocker = batcher.write(claimFor(newKey()), usd(1n, { sourceAccountId: a!, destinationAccountId: b! }));
+    await nextTurn();
     const [ok, overdraft, missing, mismatch, twice, twiceAgain, reused, reusedOther] = await Promise.all([
       settle(batcher.write(claimFor(keys.ok), usd(10n, { sourceAccountId: a!, destinationAccountId: b! }))),
       settle(
@@ -184,6 +206,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       claimFor(newKey()),
       usd(1n, { sourceAccountId: mine[0]!, destinationAccountId: mine[1]! }),
     );
+    await nextTurn();
     const results = await Promise.all([
       settle(batcher.write(claimFor(newKey()), usd(2n, { sourceAccountId: mine[0]!, destinationAccountId: mine[1]! }))),
       settle(
@@ -261,6 +284,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       });
       await lockTaken;
       const first = batcher.write(claimFor(newKey()), usd(1n, { sourceAccountId: a!, destinationAccountId: b! }));
+      await nextTurn();
       const keys = [newKey(), newKey(), newKey()];
       const batched = keys.map((key, index) =>
         batcher.write(claimFor(key), usd(BigInt(10 + index), { sourceAccountId: c!, destinationAccountId: d! })),
