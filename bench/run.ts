@@ -50,8 +50,11 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 // Development knobs (the figures in the README come from a plain `npm run bench`):
 // BENCH_PHASES=ceilings,shapeB,replay,shapeA picks phases (default all); BENCH_CPU_PROF=dir writes V8
 // CPU profiles of the API and worker processes (`node --cpu-prof`) to dir when they stop, at the end
-// (pick the phase to profile with BENCH_PHASES). Partial and profiled runs, and runs without pgbench,
-// print their table but leave bench/results.* alone.
+// (pick the phase to profile with BENCH_PHASES). V8's profiles sample wall time, so on a saturated
+// machine they charge a function for the time it was preempted (a socket write that wakes PostgreSQL
+// looks expensive); BENCH_PERF=1 runs the API and the worker with --perf-basic-prof instead, for
+// `perf record -a -g` (on-CPU samples, JavaScript frames named). Partial and profiled runs, and runs
+// without pgbench, print their table but leave bench/results.* alone.
 const PHASES = new Set(
   (process.env.BENCH_PHASES ?? 'ceilings,shapeB,replay,shapeA').split(',').map((name) => name.trim()),
 );
@@ -642,7 +645,11 @@ async function main(): Promise<void> {
       ...(API_POOL_MAX ? { DATABASE_POOL_MAX: API_POOL_MAX } : {}),
     });
     const apiUrl = `http://127.0.0.1:${apiPort}`;
-    const profile = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
+    const profile = CPU_PROF
+      ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`]
+      : process.env.BENCH_PERF
+        ? ['--perf-basic-prof']
+        : [];
     await forkReady('api', 'api/main.ts', env, 180_000, profile);
     await waitFor(
       "the API's /readyz to answer 200",
