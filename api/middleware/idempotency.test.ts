@@ -695,86 +695,75 @@ for (const replayCache of [undefined, CACHE]) {
       assert.equal(replay.headers.get('location'), first.headers.get('location'));
       assert.equal(executions.get(key), 1);
     });
+
+    // What only the cache does: answers without the row, and forgets on demand.
+    if (replayCache) {
+      /** Deletes the key's row: what answers afterwards can only come from the cache. */
+      const dropRow = (key: string) =>
+        withSystemScope(database.sql, (tx) => tx`delete from idempotency_keys where key = ${key}`);
+
+      it('answers a retry from memory: the stored bytes, or 422 for another request, without the row', async () => {
+        const key = newKey('cached');
+        const body = { mode: 'ok', note: 'cached' };
+        const original = await send(server.url, '/v1/probes', { key, body });
+        assert.equal(original.status, 201);
+        await dropRow(key);
+
+        const replay = await send(server.url, '/v1/probes', { key, rawBody: '{"note":"cached","mode":"ok"}' });
+        assert.equal(replay.status, 201);
+        assert.ok(replayed(replay));
+        assert.ok(replay.bytes.equals(original.bytes));
+        assert.equal(replay.headers.get('location'), original.headers.get('location'));
+        const other = await send(server.url, '/v1/probes', { key, body: { mode: 'ok', note: 'another' } });
+        assert.equal(other.status, 422);
+        assert.equal(other.json.code, 'IDEMPOTENCY_KEY_REUSED');
+        assert.equal(executions.get(key), 1);
+
+        // Per company: company B's request under the same key is its own, executed once and cached for B.
+        const b = await send(server.url, '/v1/probes', { key, body, company: 'b' });
+        assert.equal(b.status, 201);
+        assert.ok(!replayed(b));
+        assert.equal(executions.get(key), 2);
+        assert.ok(replayed(await send(server.url, '/v1/probes', { key, body, company: 'b' })));
+        assert.equal(executions.get(key), 2);
+
+        // Forgotten (as once the key's retention has ended): the request is new again.
+        server.idempotency.clearReplayCache();
+        const again = await send(server.url, '/v1/probes', { key, body });
+        assert.equal(again.status, 201);
+        assert.ok(!replayed(again));
+        assert.equal(executions.get(key), 3);
+      });
+
+      it('keeps decided refusals and responses stored in the handler transaction, not a 409 or a released key', async () => {
+        const refusedKey = newKey('cached-refusal');
+        const refusal = await send(server.url, '/v1/probes', { key: refusedKey, body: { mode: 'domain-error' } });
+        assert.equal(refusal.status, 422);
+        await dropRow(refusedKey);
+        const again = await send(server.url, '/v1/probes', { key: refusedKey, body: { mode: 'domain-error' } });
+        assert.equal(again.status, 422);
+        assert.ok(replayed(again));
+        assert.ok(again.bytes.equals(refusal.bytes));
+
+        // A failure with no decided answer releases the key: nothing is cached, the retry executes.
+        const crashKey = newKey('cached-crash');
+        assert.equal(
+          (await send(server.url, '/v1/probes', { key: crashKey, body: { mode: 'crash-once' } })).status,
+          500,
+        );
+        const retried = await send(server.url, '/v1/probes', { key: crashKey, body: { mode: 'crash-once' } });
+        assert.equal(retried.status, 201);
+        assert.ok(!replayed(retried));
+        assert.equal(executions.get(crashKey), 1);
+
+        // A lease lost before the response was recorded: answered 409, never cached; the retry executes.
+        const lostKey = newKey('cached-lease-lost');
+        const lost = await send(server.url, '/v1/probes', { key: lostKey, body: { mode: 'lease-lost-once' } });
+        assert.equal(lost.status, 409);
+        const afterLost = await send(server.url, '/v1/probes', { key: lostKey, body: { mode: 'lease-lost-once' } });
+        assert.equal(afterLost.status, 201);
+        assert.ok(!replayed(afterLost));
+      });
+    }
   });
 }
-
-describe('idempotency middleware: the replay cache', () => {
-  let database: TestDatabase;
-  let server: TestServer;
-
-  before(async () => {
-    database = await createTestDatabase();
-    await withSystemScope(database.sql, async (tx) => {
-      await tx`insert into companies (id, name) values (${COMPANY_A}, 'Company A'), (${COMPANY_B}, 'Company B')`;
-    });
-    server = await startServer(database, CACHE);
-  });
-  after(async () => {
-    await server.close();
-    await database.drop();
-  });
-
-  /** Deletes the key's row: what answers afterwards can only come from the cache. */
-  const dropRow = (key: string) =>
-    withSystemScope(database.sql, (tx) => tx`delete from idempotency_keys where key = ${key}`);
-
-  it('answers a retry from memory: the stored bytes, or 422 for another request, without the row', async () => {
-    const key = newKey('cached');
-    const body = { mode: 'ok', note: 'cached' };
-    const original = await send(server.url, '/v1/probes', { key, body });
-    assert.equal(original.status, 201);
-    await dropRow(key);
-
-    const replay = await send(server.url, '/v1/probes', { key, rawBody: '{"note":"cached","mode":"ok"}' });
-    assert.equal(replay.status, 201);
-    assert.ok(replayed(replay));
-    assert.ok(replay.bytes.equals(original.bytes));
-    assert.equal(replay.headers.get('location'), original.headers.get('location'));
-    const other = await send(server.url, '/v1/probes', { key, body: { mode: 'ok', note: 'another' } });
-    assert.equal(other.status, 422);
-    assert.equal(other.json.code, 'IDEMPOTENCY_KEY_REUSED');
-    assert.equal(executions.get(key), 1);
-
-    // Per company: company B's request under the same key is its own, executed once and cached for B.
-    const b = await send(server.url, '/v1/probes', { key, body, company: 'b' });
-    assert.equal(b.status, 201);
-    assert.ok(!replayed(b));
-    assert.equal(executions.get(key), 2);
-    assert.ok(replayed(await send(server.url, '/v1/probes', { key, body, company: 'b' })));
-    assert.equal(executions.get(key), 2);
-
-    // Forgotten (as once the key's retention has ended): the request is new again.
-    server.idempotency.clearReplayCache();
-    const again = await send(server.url, '/v1/probes', { key, body });
-    assert.equal(again.status, 201);
-    assert.ok(!replayed(again));
-    assert.equal(executions.get(key), 3);
-  });
-
-  it('keeps decided refusals and responses stored in the handler transaction, not a 409 or a released key', async () => {
-    const refusedKey = newKey('cached-refusal');
-    const refusal = await send(server.url, '/v1/probes', { key: refusedKey, body: { mode: 'domain-error' } });
-    assert.equal(refusal.status, 422);
-    await dropRow(refusedKey);
-    const again = await send(server.url, '/v1/probes', { key: refusedKey, body: { mode: 'domain-error' } });
-    assert.equal(again.status, 422);
-    assert.ok(replayed(again));
-    assert.ok(again.bytes.equals(refusal.bytes));
-
-    // A failure with no decided answer releases the key: nothing is cached, the retry executes.
-    const crashKey = newKey('cached-crash');
-    assert.equal((await send(server.url, '/v1/probes', { key: crashKey, body: { mode: 'crash-once' } })).status, 500);
-    const retried = await send(server.url, '/v1/probes', { key: crashKey, body: { mode: 'crash-once' } });
-    assert.equal(retried.status, 201);
-    assert.ok(!replayed(retried));
-    assert.equal(executions.get(crashKey), 1);
-
-    // A lease lost before the response was recorded: answered 409, never cached; the retry executes.
-    const lostKey = newKey('cached-lease-lost');
-    const lost = await send(server.url, '/v1/probes', { key: lostKey, body: { mode: 'lease-lost-once' } });
-    assert.equal(lost.status, 409);
-    const afterLost = await send(server.url, '/v1/probes', { key: lostKey, body: { mode: 'lease-lost-once' } });
-    assert.equal(afterLost.status, 201);
-    assert.ok(!replayed(afterLost));
-  });
-});
