@@ -46,6 +46,8 @@ const app = createApp({
   ledger: createLedgerBatcher(sql, {
     inFlightMax: ledgerBatchInFlight(config),
     batchMax: config.LEDGER_BATCH_MAX,
+    queueMax: config.LEDGER_QUEUE_MAX,
+    companyQueueMax: config.LEDGER_QUEUE_MAX_PER_COMPANY,
   }).write,
   rails: { temporal: temporal.client, fxRates: PEGGED_RATES, logger, outcomeWaitMs: config.TRANSFER_OUTCOME_WAIT_MS },
   idempotency: createIdempotency({

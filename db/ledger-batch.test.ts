@@ -10,7 +10,7 @@ import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts'
 import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
 import { newId } from '../platform/ids.ts';
 import type { Sql } from './client.ts';
-import { createLedgerBatcher, type LedgerBatcher } from './ledger-batch.ts';
+import { createLedgerBatcher, LedgerQueueFullError, type LedgerBatcher } from './ledger-batch.ts';
 import { openLedgerAccount, type HotPathTransfer } from './ledger.ts';
 import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
 
@@ -104,7 +104,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
     );
     const outcomes = await Promise.all([first, ...queued]);
     assert.ok(outcomes.every((outcome) => outcome.kind === 'created'));
-    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 20, fallbacks: 0 });
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 20, fallbacks: 0, refused: 0 });
     // a paid 1 + the even indexes' amounts (2+4+…+20 = 110) and received the odd ones' (1+3+…+19 = 100).
     assert.equal(await posted(a!), 10_000n - 1n - 110n + 100n);
     assert.equal(await posted(b!), 10_000n + 1n + 110n - 100n);
@@ -117,15 +117,55 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       batcher.write(claimFor(newKey()), usd(BigInt(index + 1), { sourceAccountId: a!, destinationAccountId: b! })),
     );
     assert.ok((await Promise.all(together)).every((outcome) => outcome.kind === 'created'));
-    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0 });
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0, refused: 0 });
     // Alone in its turn, a transfer goes alone (the single statement, no batch).
     assert.equal(
       (await batcher.write(claimFor(newKey()), usd(6n, { sourceAccountId: a!, destinationAccountId: b! }))).kind,
       'created',
     );
-    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0 });
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 5, fallbacks: 0, refused: 0 });
     assert.equal(await posted(a!), 10_000n - 21n);
     assert.equal(await posted(b!), 10_000n + 21n);
+  });
+
+  it('refuses a transfer when its company, or everyone, has as many waiting as the queue allows', async () => {
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64, queueMax: 3, companyQueueMax: 2 });
+    const [a, b] = await usdAccounts(2, 1_000n);
+    const [c, d] = await usdAccounts(2, 1_000n, other);
+    const keys = Array.from({ length: 5 }, () => newKey());
+    // In one turn: the tenant's third transfer passes its company's 2, the other's second the queue's 3.
+    const outcomes = await Promise.all([
+      settle(batcher.write(claimFor(keys[0]!), usd(1n, { sourceAccountId: a!, destinationAccountId: b! }))),
+      settle(batcher.write(claimFor(keys[1]!), usd(2n, { sourceAccountId: a!, destinationAccountId: b! }))),
+      settle(batcher.write(claimFor(keys[2]!), usd(4n, { sourceAccountId: a!, destinationAccountId: b! }))),
+      settle(
+        batcher.write(claimFor(keys[3]!, other), usd(8n, { sourceAccountId: c!, destinationAccountId: d! }, other)),
+      ),
+      settle(
+        batcher.write(claimFor(keys[4]!, other), usd(16n, { sourceAccountId: c!, destinationAccountId: d! }, other)),
+      ),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => (outcome.ok ? outcome.value.kind : (outcome.error as LedgerQueueFullError).full)),
+      ['created', 'created', 'company', 'created', 'all'],
+    );
+    assert.ok(
+      outcomes.filter((outcome) => !outcome.ok).every((outcome) => outcome.error instanceof LedgerQueueFullError),
+    );
+    // Nothing of a refused transfer was written: no key, no transfer, no money moved.
+    for (const key of [keys[2]!, keys[4]!]) {
+      assert.equal(await keyRows(key), 0);
+      assert.equal(await transfersUnder(key), 0);
+    }
+    assert.equal(await posted(a!), 1_000n - 3n);
+    assert.equal(await posted(c!), 1_000n - 8n);
+    assert.equal(batcher.stats().refused, 2);
+    // The queue drained: the same request is taken now.
+    assert.deepEqual(
+      await batcher.write(claimFor(keys[2]!), usd(4n, { sourceAccountId: a!, destinationAccountId: b! })),
+      { kind: 'created' },
+    );
+    assert.equal(await posted(a!), 1_000n - 7n);
   });
 
   it('gives each transfer of a batch its own outcome: refusals undo only themselves', async () => {
@@ -169,7 +209,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       ),
     ]);
     await blocker;
-    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 8, fallbacks: 0 });
+    assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 8, fallbacks: 0, refused: 0 });
 
     assert.deepEqual(ok, { ok: true, value: { kind: 'created' } });
     assert.equal(overdraft.ok ? undefined : overdraft.error.code, '23514');
@@ -232,7 +272,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       results.map((result) => (result.ok ? result.value.kind : result.error.code)),
       ['created', 'created', 'created', 'created', 'PT404'],
     );
-    assert.deepEqual(batcher.stats(), { batches: 2, batchedTransfers: 5, fallbacks: 0 });
+    assert.deepEqual(batcher.stats(), { batches: 2, batchedTransfers: 5, fallbacks: 0, refused: 0 });
     assert.equal(await posted(mine[1]!), 1_000n + 1n + 2n + 4n);
     assert.equal(await posted(theirs[1]!), 1_000n + 3n + 5n);
   });
@@ -295,7 +335,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
         keys.map(() => ({ kind: 'created' })),
       );
       await holder;
-      assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 3, fallbacks: 1 });
+      assert.deepEqual(batcher.stats(), { batches: 1, batchedTransfers: 3, fallbacks: 1, refused: 0 });
       for (const key of keys) assert.equal(await transfersUnder(key), 1);
       assert.equal(await posted(d!), 1_000n + 10n + 11n + 12n);
     } finally {

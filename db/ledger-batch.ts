@@ -10,12 +10,42 @@ export interface LedgerBatchOptions {
   inFlightMax: number;
   /** Transfers in one batch at most. */
   batchMax: number;
+  /** Transfers waiting for a batch, all companies together, at most (default 4096). */
+  queueMax?: number;
+  /** Transfers of one company waiting for a batch at most (default 1024): a flood of one tenant's
+   * transfers is refused before it fills the queue for the others. */
+  companyQueueMax?: number;
+}
+
+export const LEDGER_QUEUE_MAX_DEFAULT = 4096;
+export const LEDGER_COMPANY_QUEUE_MAX_DEFAULT = 1024;
+
+/**
+ * The transfer was not queued: as many transfers as the queue holds (`all`) or as one company may
+ * have waiting (`company`) are waiting already. Nothing was written; the same request may be sent
+ * again shortly.
+ */
+export class LedgerQueueFullError extends Error {
+  readonly full: 'all' | 'company';
+
+  constructor(full: 'all' | 'company') {
+    super(
+      full === 'company'
+        ? "too many of this company's transfers are waiting for the ledger"
+        : 'too many transfers are waiting for the ledger',
+    );
+    this.name = 'LedgerQueueFullError';
+    this.full = full;
+  }
 }
 
 export interface LedgerBatcher {
   write: LedgerWrite;
-  /** Batches sent and transfers in them, since start (for tests and the benchmark). */
-  stats(): { batches: number; batchedTransfers: number; fallbacks: number };
+  /**
+   * Batches sent and transfers in them, batches written again one by one, and transfers refused
+   * because the queue was full, since start (for tests and the benchmark).
+   */
+  stats(): { batches: number; batchedTransfers: number; fallbacks: number; refused: number };
 }
 
 /**
@@ -73,11 +103,17 @@ type BatchRow = ClaimOutcomeRow & {
 export function createLedgerBatcher(sql: Sql, options: LedgerBatchOptions): LedgerBatcher {
   if (!Number.isInteger(options.inFlightMax) || options.inFlightMax < 1) throw new Error('inFlightMax must be ≥ 1');
   if (!Number.isInteger(options.batchMax) || options.batchMax < 1) throw new Error('batchMax must be ≥ 1');
+  const queueMax = options.queueMax ?? LEDGER_QUEUE_MAX_DEFAULT;
+  const companyQueueMax = options.companyQueueMax ?? LEDGER_COMPANY_QUEUE_MAX_DEFAULT;
+  if (!Number.isInteger(queueMax) || queueMax < 1) throw new Error('queueMax must be ≥ 1');
+  if (!Number.isInteger(companyQueueMax) || companyQueueMax < 1) throw new Error('companyQueueMax must be ≥ 1');
   const queues = new Map<string, Pending[]>();
   /** Companies with transfers waiting, in the order they take their turns. */
   const turns: string[] = [];
   let inFlight = 0;
-  const counts = { batches: 0, batchedTransfers: 0, fallbacks: 0 };
+  /** Transfers in the queues, all companies together. */
+  let queued = 0;
+  const counts = { batches: 0, batchedTransfers: 0, fallbacks: 0, refused: 0 };
 
   const single = (item: Pending) =>
     postLedgerTransferClaimingKey(sql, item.claim, item.transfer).then(item.resolve, item.reject);
@@ -140,6 +176,7 @@ export function createLedgerBatcher(sql: Sql, options: LedgerBatchOptions): Ledg
       }
     }
     queue.splice(kept, scanEnd - kept);
+    queued -= batch.length;
     return batch;
   }
 
@@ -204,6 +241,13 @@ export function createLedgerBatcher(sql: Sql, options: LedgerBatchOptions): Ledg
     write(claim, transfer) {
       return new Promise<ClaimOutcome>((resolve, reject) => {
         const queue = queues.get(claim.companyId);
+        const full = (queue?.length ?? 0) >= companyQueueMax ? 'company' : queued >= queueMax ? 'all' : undefined;
+        if (full !== undefined) {
+          counts.refused += 1;
+          reject(new LedgerQueueFullError(full));
+          return;
+        }
+        queued += 1;
         if (queue) queue.push({ claim, transfer, resolve, reject });
         else {
           queues.set(claim.companyId, [{ claim, transfer, resolve, reject }]);

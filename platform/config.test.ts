@@ -26,7 +26,7 @@ describe('configuration', () => {
     assert.equal(loadConfig({ IDEMPOTENCY_LEASE_MS: '10000' }).IDEMPOTENCY_LEASE_MS, 10_000);
   });
 
-  it('leaves two of the pool connections to other work, and refuses a ledger batch setting that would not', () => {
+  it('leaves two of the pool connections to other work, refuses a ledger batch setting that would not, and a company queue above the whole', () => {
     assert.equal(ledgerBatchInFlight(loadConfig({})), 8);
     assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '5' })), 3);
     assert.equal(ledgerBatchInFlight(loadConfig({ DATABASE_POOL_MAX: '1' })), 1);
@@ -37,6 +37,14 @@ describe('configuration', () => {
       (error: unknown) =>
         error instanceof ConfigError &&
         error.message.includes('LEDGER_BATCH_IN_FLIGHT_MAX: must be less than DATABASE_POOL_MAX (10)'),
+    );
+    const queue = loadConfig({});
+    assert.deepEqual([queue.LEDGER_QUEUE_MAX, queue.LEDGER_QUEUE_MAX_PER_COMPANY], [4096, 1024]);
+    assert.throws(
+      () => loadConfig({ LEDGER_QUEUE_MAX: '100', LEDGER_QUEUE_MAX_PER_COMPANY: '101' }),
+      (error: unknown) =>
+        error instanceof ConfigError &&
+        error.message.includes('LEDGER_QUEUE_MAX_PER_COMPANY: may not exceed LEDGER_QUEUE_MAX (100)'),
     );
   });
 });

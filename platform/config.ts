@@ -41,6 +41,9 @@ const ZConfigFields = z.object({
    */
   LEDGER_BATCH_IN_FLIGHT_MAX: ZPositiveInt.max(199).optional(),
   LEDGER_BATCH_MAX: ZPositiveInt.max(1000).default(32),
+  // Transfers waiting for a batch at most, all companies and one company: beyond, 429 LEDGER_BUSY.
+  LEDGER_QUEUE_MAX: ZPositiveInt.max(1_000_000).default(4096),
+  LEDGER_QUEUE_MAX_PER_COMPANY: ZPositiveInt.max(1_000_000).default(1024),
   DATABASE_CONNECT_TIMEOUT_S: ZPositiveInt.max(120).default(10),
   DATABASE_IDLE_TIMEOUT_S: ZPositiveInt.max(3600).default(30),
   DATABASE_STATEMENT_TIMEOUT_MS: ZPositiveInt.max(600_000).default(10_000),
@@ -95,6 +98,13 @@ export const ZConfig = ZConfigFields.superRefine((config, context) => {
       code: 'custom',
       path: ['LEDGER_BATCH_IN_FLIGHT_MAX'],
       message: `must be less than DATABASE_POOL_MAX (${config.DATABASE_POOL_MAX}): ledger batches may not take every connection`,
+    });
+  }
+  if (config.LEDGER_QUEUE_MAX_PER_COMPANY > config.LEDGER_QUEUE_MAX) {
+    context.addIssue({
+      code: 'custom',
+      path: ['LEDGER_QUEUE_MAX_PER_COMPANY'],
+      message: `may not exceed LEDGER_QUEUE_MAX (${config.LEDGER_QUEUE_MAX})`,
     });
   }
   const leaseMin = config.TRANSFER_OUTCOME_WAIT_MS + IDEMPOTENCY_LEASE_MARGIN_MS;

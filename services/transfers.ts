@@ -1,6 +1,6 @@
 import type { Sql } from '../db/client.ts';
 import type { ClaimOutcome, IdempotencyClaim } from '../db/idempotency.ts';
-import type { LedgerWrite } from '../db/ledger-batch.ts';
+import { LedgerQueueFullError, type LedgerWrite } from '../db/ledger-batch.ts';
 import { findLedgerAccount, postLedgerTransfer, type Environment, type LedgerTransfer } from '../db/ledger.ts';
 import { withTenant } from '../db/tenant.ts';
 import { newId } from '../platform/ids.ts';
@@ -51,6 +51,17 @@ function checkRequest(request: LedgerTransferRequest): void {
 
 /** The database's refusals of a transfer, as stable errors; undefined for anything else. */
 function refusalOf(error: unknown, request: LedgerTransferRequest): DomainError | undefined {
+  if (error instanceof LedgerQueueFullError) {
+    // 429 says "later", not "no": the key is not stored, and the same request may be sent again.
+    return new DomainError(
+      'throttled',
+      'LEDGER_BUSY',
+      error.full === 'company'
+        ? 'Too many of your transfers are waiting to be written. Send this one again in a second.'
+        : 'Too many transfers are waiting to be written. Send this one again in a second.',
+      { retryAfterSeconds: 1 },
+    );
+  }
   const pg = error as { code?: string; constraint_name?: string; detail?: string };
   if (pg.code === POSTGRES_CHECK_VIOLATION && pg.constraint_name === 'ledger_accounts_no_overdraft') {
     return new DomainError(

@@ -5,7 +5,7 @@ import { PEGGED_RATES } from '../services/quotes.ts';
 import { createApp, type App } from '../api/app.ts';
 import { createIdempotency, type Idempotency } from '../api/middleware/idempotency.ts';
 import { closeServer, listen } from '../api/server.ts';
-import { createLedgerBatcher } from '../db/ledger-batch.ts';
+import { createLedgerBatcher, type LedgerWrite } from '../db/ledger-batch.ts';
 import { type Sql } from '../db/client.ts';
 import { DEFAULT_LOGIN_POLICY, type LoginPolicy } from '../services/auth.ts';
 import { SYSTEM_ACTOR } from '../services/audit-context.ts';
@@ -37,6 +37,8 @@ export async function startTestApp(
     /** Default: private targets allowed (tests deliver to local receivers), 16 endpoints. */
     webhooks?: Partial<WebhookEndpointPolicy>;
     trustProxy?: boolean;
+    /** Wraps the Shape B ledger writer (the real batcher), to make it refuse or fail on cue. */
+    ledger?: (write: LedgerWrite) => LedgerWrite;
   } = {},
 ): Promise<TestApp> {
   const database = await createTestDatabase();
@@ -56,7 +58,9 @@ export async function startTestApp(
     logger: pino({ level: process.env.LOG_LEVEL ?? 'silent' }),
     sql: appSql,
     signer,
-    ledger: createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 32 }).write,
+    ledger: (options.ledger ?? ((write: LedgerWrite) => write))(
+      createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 32 }).write,
+    ),
     rails: {
       // Tests that start settlement workflows pass a time-skipping environment's client; for the
       // others a lazy connection that is never used never connects.

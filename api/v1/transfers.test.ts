@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { insertRunningIdempotencyKey } from '../../db/idempotency.ts';
+import { LedgerQueueFullError } from '../../db/ledger-batch.ts';
 import { withTenant } from '../../db/tenant.ts';
 import { call, provisionTestTenant, startTestApp, type TestApp, type TestTenant } from '../../test-support/app.ts';
 import { requestFingerprint } from '../middleware/idempotency.ts';
@@ -534,5 +535,51 @@ describe('/v1 accounts and ledger transfers (Shape B)', () => {
         `${path} in ${JSON.stringify(problem.errors)}`,
       );
     }
+  });
+});
+
+describe('/v1/transfers when the ledger queue is full', () => {
+  let testApp: TestApp;
+  let tenant: TestTenant;
+  let refuseNext = 0;
+
+  before(async () => {
+    // The batcher itself is tested at its limits (db/ledger-batch.test.ts); here the route meets its refusal.
+    testApp = await startTestApp({
+      ledger: (write) => (claim, transfer) =>
+        refuseNext-- > 0 ? Promise.reject(new LedgerQueueFullError('company')) : write(claim, transfer),
+    });
+    tenant = await provisionTestTenant(testApp);
+  });
+  after(async () => testApp.close());
+
+  it('answers 429 LEDGER_BUSY with Retry-After, keeps nothing, and takes the same request again', async () => {
+    const post = () =>
+      call(testApp, 'POST', '/v1/transfers', {
+        token: tenant.sandboxApiKey,
+        headers: { 'idempotency-key': `busy-${process.pid}` },
+        body: {
+          amount: 250,
+          currency: 'USD',
+          source: tenant.sandbox.usdWalletId,
+          destination: tenant.sandbox.usdAccountId,
+        },
+      });
+    refuseNext = 1;
+    const refused = await post();
+    assert.equal(refused.status, 429, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'LEDGER_BUSY');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    const keys =
+      await testApp.ownerSql`select count(*)::int as n from idempotency_keys where key = ${`busy-${process.pid}`}`;
+    assert.equal(keys[0]!.n, 0, 'a 429 is not the key’s answer');
+
+    const retried = await post();
+    assert.equal(retried.status, 201, JSON.stringify(retried.body));
+    assert.equal(retried.headers.get('idempotent-replayed'), null);
+    const account = await call(testApp, 'GET', `/v1/accounts/${tenant.sandbox.usdAccountId}`, {
+      token: tenant.sandboxApiKey,
+    });
+    assert.equal(account.body.balances.posted, '2.50');
   });
 });
