@@ -78,6 +78,7 @@ export function postTransfer(deps: TransferRouteDeps) {
       201: 'The settled transfer, signed.',
       404: 'ACCOUNT_NOT_FOUND',
       422: 'INSUFFICIENT_FUNDS, CURRENCY_MISMATCH, SAME_ACCOUNT',
+      429: 'LEDGER_BUSY: too many transfers waiting for the ledger; send the same request again after Retry-After',
     },
     async handler(ctx, { body }) {
       const { companyId, environment } = apiKeyPrincipalOf(ctx);
