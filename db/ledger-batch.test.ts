@@ -14,6 +14,9 @@ import { createLedgerBatcher, LedgerQueueFullError, type LedgerBatcher } from '.
 import { openLedgerAccount, type HotPathTransfer } from './ledger.ts';
 import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
 
+/** Queue limits no test here reaches but the one about them. */
+const ROOMY_QUEUE = { queueMax: 10_000, companyQueueMax: 10_000 };
+
 describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   let database: TestDatabase;
   let ownerSql: Sql;
@@ -81,7 +84,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
         });
       }
     });
-    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64 });
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64, ...ROOMY_QUEUE });
     for (const id of ids) {
       assert.deepEqual(
         await batcher.write(claimFor(newKey(), owner), usd(funding, { destinationAccountId: id }, owner)),
@@ -92,7 +95,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   }
 
   it('writes a transfer alone when a slot is free, and gathers those that queue into one batch', async () => {
-    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64 });
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64, ...ROOMY_QUEUE });
     const [a, b] = await usdAccounts(2, 10_000n);
     const first = batcher.write(claimFor(newKey()), usd(1n, { sourceAccountId: a!, destinationAccountId: b! }));
     await nextTurn(); // the slot is free: it goes alone, and the rest queue behind it
@@ -111,7 +114,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   });
 
   it('sends the transfers written in one turn of the event loop together, even with slots free', async () => {
-    const batcher = createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 64 });
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 64, ...ROOMY_QUEUE });
     const [a, b] = await usdAccounts(2, 10_000n);
     const together = Array.from({ length: 5 }, (_, index) =>
       batcher.write(claimFor(newKey()), usd(BigInt(index + 1), { sourceAccountId: a!, destinationAccountId: b! })),
@@ -169,7 +172,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   });
 
   it('gives each transfer of a batch its own outcome: refusals undo only themselves', async () => {
-    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64 });
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64, ...ROOMY_QUEUE });
     const [a, b, poor] = await usdAccounts(3, 1_000n);
     const keys = {
       ok: newKey(),
@@ -239,7 +242,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   });
 
   it('keeps companies apart: each batch is one company, under its own row-level security', async () => {
-    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64 });
+    const batcher = createLedgerBatcher(appSql, { inFlightMax: 1, batchMax: 64, ...ROOMY_QUEUE });
     const mine = await usdAccounts(2, 1_000n);
     const theirs = await usdAccounts(2, 1_000n, other);
     const blocker = batcher.write(
@@ -280,8 +283,8 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   it('never deadlocks: two batchers (two API processes) moving money both ways among four accounts', async () => {
     const accounts = await usdAccounts(4, 100_000n);
     const batchers = [
-      createLedgerBatcher(appSql, { inFlightMax: 2, batchMax: 8 }),
-      createLedgerBatcher(appSql, { inFlightMax: 2, batchMax: 8 }),
+      createLedgerBatcher(appSql, { inFlightMax: 2, batchMax: 8, ...ROOMY_QUEUE }),
+      createLedgerBatcher(appSql, { inFlightMax: 2, batchMax: 8, ...ROOMY_QUEUE }),
     ];
     const writes = Array.from({ length: 160 }, (_, index) => {
       const from = accounts[index % 4]!;
@@ -313,7 +316,7 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
       statementTimeoutMs: 2_000,
     });
     try {
-      const batcher: LedgerBatcher = createLedgerBatcher(shortLocks, { inFlightMax: 1, batchMax: 64 });
+      const batcher: LedgerBatcher = createLedgerBatcher(shortLocks, { inFlightMax: 1, batchMax: 64, ...ROOMY_QUEUE });
       const [a, b, c, d] = await usdAccounts(4, 1_000n);
       let locked!: () => void;
       const lockTaken = new Promise<void>((resolve) => (locked = resolve));

@@ -10,15 +10,14 @@ export interface LedgerBatchOptions {
   inFlightMax: number;
   /** Transfers in one batch at most. */
   batchMax: number;
-  /** Transfers waiting for a batch, all companies together, at most (default 4096). */
-  queueMax?: number;
-  /** Transfers of one company waiting for a batch at most (default 1024): a flood of one tenant's
-   * transfers is refused before it fills the queue for the others. */
-  companyQueueMax?: number;
+  /** Transfers waiting for a batch, all companies together, at most; more are refused. */
+  queueMax: number;
+  /**
+   * Transfers of one company waiting for a batch at most: a flood of one tenant's transfers is
+   * refused before it fills the queue for the others.
+   */
+  companyQueueMax: number;
 }
-
-export const LEDGER_QUEUE_MAX_DEFAULT = 4096;
-export const LEDGER_COMPANY_QUEUE_MAX_DEFAULT = 1024;
 
 /**
  * The transfer was not queued: as many transfers as the queue holds (`all`) or as one company may
@@ -103,8 +102,7 @@ type BatchRow = ClaimOutcomeRow & {
 export function createLedgerBatcher(sql: Sql, options: LedgerBatchOptions): LedgerBatcher {
   if (!Number.isInteger(options.inFlightMax) || options.inFlightMax < 1) throw new Error('inFlightMax must be ≥ 1');
   if (!Number.isInteger(options.batchMax) || options.batchMax < 1) throw new Error('batchMax must be ≥ 1');
-  const queueMax = options.queueMax ?? LEDGER_QUEUE_MAX_DEFAULT;
-  const companyQueueMax = options.companyQueueMax ?? LEDGER_COMPANY_QUEUE_MAX_DEFAULT;
+  const { queueMax, companyQueueMax } = options;
   if (!Number.isInteger(queueMax) || queueMax < 1) throw new Error('queueMax must be ≥ 1');
   if (!Number.isInteger(companyQueueMax) || companyQueueMax < 1) throw new Error('companyQueueMax must be ≥ 1');
   const queues = new Map<string, Pending[]>();

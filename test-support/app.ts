@@ -59,7 +59,7 @@ export async function startTestApp(
     sql: appSql,
     signer,
     ledger: (options.ledger ?? ((write: LedgerWrite) => write))(
-      createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 32 }).write,
+      createLedgerBatcher(appSql, { inFlightMax: 4, batchMax: 32, queueMax: 4096, companyQueueMax: 1024 }).write,
     ),
     rails: {
       // Tests that start settlement workflows pass a time-skipping environment's client; for the
