@@ -690,7 +690,9 @@ describe('hostile input: never a 500, never a hang, never a cross-tenant leak', 
       }
     }
     // The revoked key, another tenant's key and a tampered key are 401 INVALID_API_KEY.
-    for (const key of [revokedKey, `${own.sandboxApiKey.slice(0, -1)}Z`]) {
+    // Tampered: its last character changed (to 'Z', or 'Y' when it was 'Z' already: the same key is no tampering).
+    const tampered = `${own.sandboxApiKey.slice(0, -1)}${own.sandboxApiKey.endsWith('Z') ? 'Y' : 'Z'}`;
+    for (const key of [revokedKey, tampered]) {
       const answer = await v1('GET', '/v1/accounts', { key });
       assert.equal(answer.status, 401);
       assert.equal(answer.body.code, 'INVALID_API_KEY');
