@@ -4,17 +4,15 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { SYSTEM_ACTOR } from '../services/audit-context.ts';
-import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
-import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import type { ProvisionedTenant } from '../services/tenants.ts';
 import type { Sql } from './client.ts';
 import { insertRunningIdempotencyKey } from './idempotency.ts';
 import { postLedgerTransferClaimingKey, type HotPathTransfer } from './ledger.ts';
-import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
+import { hotPathClaim, startHotPathFixture, usdHotPathTransfer, type HotPathFixture } from '../test-support/ledger.ts';
 import { withTenant } from './tenant.ts';
 
 describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () => {
-  let database: TestDatabase;
+  let fixture: HotPathFixture;
   let ownerSql: Sql;
   let appSql: Sql;
   let tenant: ProvisionedTenant;
@@ -22,25 +20,21 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
   let counter = 0;
 
   before(async () => {
-    database = await createTestDatabase();
-    ownerSql = database.sql;
-    appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-hot-path', poolMax: 4 });
-    tenant = await provisionTenant(ownerSql, { name: 'Hot path', ownerEmail: `hot-${process.pid}@example.com` }, SYSTEM_ACTOR);
-    other = await provisionTenant(ownerSql, { name: 'Other', ownerEmail: `other-${process.pid}@example.com` }, SYSTEM_ACTOR);
+    fixture = await startHotPathFixture('hot-path', 4);
+    ({ ownerSql, appSql, tenant, other } = fixture);
   });
-  after(async () => {
-    await appSql.end({ timeout: 5 });
-    await database.drop();
-  });
+  after(() => fixture.close());
 
   const claimFor = (key: string, body = `{"n":${++counter}}`) => hotPathClaim(tenant.company.id, key, body);
   const newKey = () => `hot-${randomBytes(6).toString('hex')}`;
-  const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}) => usdHotPathTransfer(tenant, amount, overrides);
+  const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}) =>
+    usdHotPathTransfer(tenant, amount, overrides);
   const keyRow = async (key: string) =>
-    (await ownerSql`select status, response_status, response_headers, response_body from idempotency_keys where key = ${key}`)[0];
-  const transfersUnder = async (key: string) =>
-    Number((await ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${key}`)[0]!.n);
-  const posted = async (id: string) => (await ownerSql<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${id}`)[0]!.posted;
+    (
+      await ownerSql`select status, response_status, response_headers, response_body from idempotency_keys where key = ${key}`
+    )[0];
+  const transfersUnder = (key: string) => fixture.transfersUnder(key);
+  const posted = (id: string) => fixture.posted(id);
   const pgError = async (promise: Promise<unknown>) => {
     try {
       await promise;
@@ -74,7 +68,8 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
         version: 1,
       },
     );
-    const entries = await ownerSql`select account_id, amount, kind from ledger_entries where transfer_id = ${transfer.id} order by amount`;
+    const entries =
+      await ownerSql`select account_id, amount, kind from ledger_entries where transfer_id = ${transfer.id} order by amount`;
     assert.deepEqual(
       entries.map((entry) => ({ ...entry })),
       [
@@ -82,8 +77,12 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
         { account_id: tenant.sandbox.usdAccountId, amount: 250n, kind: 'posted' },
       ],
     );
-    const history = await ownerSql`select status, occurred_at from transfer_status_history where transfer_id = ${transfer.id}`;
-    assert.deepEqual(history.map((change) => ({ ...change })), [{ status: 'settled', occurred_at: transfer.createdAt }]);
+    const history =
+      await ownerSql`select status, occurred_at from transfer_status_history where transfer_id = ${transfer.id}`;
+    assert.deepEqual(
+      history.map((change) => ({ ...change })),
+      [{ status: 'settled', occurred_at: transfer.createdAt }],
+    );
     assert.equal(await posted(tenant.sandbox.usdWalletId), sourceBefore - 250n);
 
     const stored = await keyRow(key);
@@ -148,7 +147,11 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
   it('refuses a currency mismatch (PT422, with both currencies), an overdraft (23514) and a far-off clock (PT500)', async () => {
     const mismatchKey = newKey();
     const mismatch = await pgError(
-      postLedgerTransferClaimingKey(appSql, claimFor(mismatchKey), usd(5n, { sourceAccountId: tenant.sandbox.usdcWalletId })),
+      postLedgerTransferClaimingKey(
+        appSql,
+        claimFor(mismatchKey),
+        usd(5n, { sourceAccountId: tenant.sandbox.usdcWalletId }),
+      ),
     );
     assert.equal(mismatch.code, 'PT422');
     assert.deepEqual(JSON.parse(mismatch.detail!), { source: 'USDC', destination: 'USD' });
@@ -160,7 +163,11 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
 
     const clockKey = newKey();
     const clock = await pgError(
-      postLedgerTransferClaimingKey(appSql, claimFor(clockKey), usd(5n, { createdAt: new Date(Date.now() - 10 * 60_000) })),
+      postLedgerTransferClaimingKey(
+        appSql,
+        claimFor(clockKey),
+        usd(5n, { createdAt: new Date(Date.now() - 10 * 60_000) }),
+      ),
     );
     assert.equal(clock.code, 'PT500');
 
@@ -173,7 +180,9 @@ describe('the Shape B hot-path statement (post_ledger_transfer_idempotent)', () 
   it('settles a key once when the same request races itself: the others get the stored answer', async () => {
     const key = newKey();
     const claim = claimFor(key);
-    const outcomes = await Promise.all(Array.from({ length: 4 }, () => postLedgerTransferClaimingKey(appSql, claim, usd(7n))));
+    const outcomes = await Promise.all(
+      Array.from({ length: 4 }, () => postLedgerTransferClaimingKey(appSql, claim, usd(7n))),
+    );
     assert.equal(outcomes.filter((outcome) => outcome.kind === 'created').length, 1);
     for (const outcome of outcomes.filter((candidate) => candidate.kind !== 'created')) {
       assert.ok(outcome.kind === 'existing' && outcome.existing.status === 'completed' && outcome.existing.sameRequest);

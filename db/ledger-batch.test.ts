@@ -5,19 +5,19 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { SYSTEM_ACTOR } from '../services/audit-context.ts';
-import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
-import { createAppRoleSql, createTestDatabase, type TestDatabase } from '../test-support/db.ts';
+import type { ProvisionedTenant } from '../services/tenants.ts';
+import { createAppRoleSql, type TestDatabase } from '../test-support/db.ts';
 import { newId } from '../platform/ids.ts';
 import type { Sql } from './client.ts';
 import { createLedgerBatcher, LedgerQueueFullError, type LedgerBatcher } from './ledger-batch.ts';
 import { openLedgerAccount, type HotPathTransfer } from './ledger.ts';
-import { hotPathClaim, usdHotPathTransfer } from '../test-support/ledger.ts';
+import { hotPathClaim, startHotPathFixture, usdHotPathTransfer, type HotPathFixture } from '../test-support/ledger.ts';
 
 /** Queue limits no test here reaches but the one about them. */
 const ROOMY_QUEUE = { queueMax: 10_000, companyQueueMax: 10_000 };
 
 describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
+  let fixture: HotPathFixture;
   let database: TestDatabase;
   let ownerSql: Sql;
   let appSql: Sql;
@@ -26,38 +26,20 @@ describe('Shape B group commit (post_ledger_transfers_idempotent)', () => {
   let counter = 0;
 
   before(async () => {
-    database = await createTestDatabase();
-    ownerSql = database.sql;
-    appSql = createAppRoleSql(database.url, { applicationName: 'payments-test-ledger-batch', poolMax: 6 });
-    tenant = await provisionTenant(
-      ownerSql,
-      { name: 'Batch', ownerEmail: `batch-${process.pid}@example.com` },
-      SYSTEM_ACTOR,
-    );
-    other = await provisionTenant(
-      ownerSql,
-      { name: 'Other', ownerEmail: `batch-other-${process.pid}@example.com` },
-      SYSTEM_ACTOR,
-    );
+    fixture = await startHotPathFixture('ledger-batch', 6);
+    ({ database, ownerSql, appSql, tenant, other } = fixture);
   });
-  after(async () => {
-    await appSql.end({ timeout: 5 });
-    await database.drop();
-  });
+  after(() => fixture.close());
 
   const claimFor = (key: string, owner = tenant, body = `{"n":${++counter}}`) =>
     hotPathClaim(owner.company.id, key, body);
   const newKey = () => `batch-${randomBytes(6).toString('hex')}`;
   const usd = (amount: bigint, overrides: Partial<HotPathTransfer> = {}, owner = tenant) =>
     usdHotPathTransfer(owner, amount, overrides);
-  const posted = async (id: string) =>
-    (await ownerSql<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${id}`)[0]!.posted;
+  const posted = (id: string) => fixture.posted(id);
   const keyRows = async (key: string) =>
     Number((await ownerSql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key = ${key}`)[0]!.n);
-  const transfersUnder = async (key: string) =>
-    Number(
-      (await ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${key}`)[0]!.n,
-    );
+  const transfersUnder = (key: string) => fixture.transfersUnder(key);
   /** After the batcher's pump for what was written so far (it pumps in the event loop's check phase). */
   const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
   const settle = <T>(promise: Promise<T>) =>

@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { TransactionSql } from '../db/client.ts';
+import type { Sql, TransactionSql } from '../db/client.ts';
 import type { IdempotencyClaim } from '../db/idempotency.ts';
 import { openLedgerAccount, type Environment, type HotPathTransfer } from '../db/ledger.ts';
 import { newId } from '../platform/ids.ts';
-import type { ProvisionedTenant } from '../services/tenants.ts';
+import { SYSTEM_ACTOR } from '../services/audit-context.ts';
+import { provisionTenant, type ProvisionedTenant } from '../services/tenants.ts';
 import type { SystemPurpose } from '../db/rails.ts';
+import { createAppRoleSql, createTestDatabase, type TestDatabase } from './db.ts';
 
 /** Opens a platform-side account (type system, unbounded), the way the services do. */
 export async function openSystemAccount(
@@ -62,5 +64,53 @@ export function usdHotPathTransfer(
     destinationAccountId: owner.sandbox.usdAccountId,
     createdAt: new Date(),
     ...overrides,
+  };
+}
+
+/**
+ * A private database with two provisioned tenants and a pool that connects as `payments_app` (row-
+ * level security applies), for the hot-path and group-commit tests, with the probes they read back.
+ */
+export interface HotPathFixture {
+  database: TestDatabase;
+  /** Owner connection: sees every company. */
+  ownerSql: Sql;
+  /** As the API writes: `payments_app`, under row-level security. */
+  appSql: Sql;
+  tenant: ProvisionedTenant;
+  other: ProvisionedTenant;
+  /** An account's posted balance, in minor units. */
+  posted(accountId: string): Promise<bigint>;
+  /** How many transfers were written under an Idempotency-Key. */
+  transfersUnder(key: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+export async function startHotPathFixture(label: string, poolMax: number): Promise<HotPathFixture> {
+  const database = await createTestDatabase();
+  const ownerSql = database.sql;
+  const appSql = createAppRoleSql(database.url, { applicationName: `payments-test-${label}`, poolMax });
+  const provision = (name: string) =>
+    provisionTenant(
+      ownerSql,
+      { name, ownerEmail: `${label}-${name.toLowerCase()}-${process.pid}@example.com` },
+      SYSTEM_ACTOR,
+    );
+  const tenant = await provision('Tenant');
+  const other = await provision('Other');
+  return {
+    database,
+    ownerSql,
+    appSql,
+    tenant,
+    other,
+    posted: async (accountId) =>
+      (await ownerSql<{ posted: bigint }[]>`select posted from ledger_accounts where id = ${accountId}`)[0]!.posted,
+    transfersUnder: async (key) =>
+      (await ownerSql<{ n: number }[]>`select count(*)::int as n from transfers where idempotency_key = ${key}`)[0]!.n,
+    async close() {
+      await appSql.end({ timeout: 5 });
+      await database.drop();
+    },
   };
 }
